@@ -1,0 +1,112 @@
+"""Reading and writing Hugging Face checkpoint directories, without torch.
+
+A checkpoint directory holds ``config.json`` and either ``model.safetensors`` or a sharded
+``model.safetensors.index.json`` plus its shards. A hub id is resolved through
+huggingface_hub's cache only (``local_files_only=True``): this project never downloads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from typing import Callable, Mapping
+
+import numpy as np
+
+SAFETENSORS = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+CONFIG = "config.json"
+
+
+class CheckpointError(ValueError):
+  """A checkpoint that cannot be loaded as asked; the message names the problem."""
+
+
+def resolve(name_or_path: str) -> str:
+  """A local directory, or a hub id already in huggingface_hub's cache -> local directory."""
+  if os.path.isdir(name_or_path):
+    return os.path.abspath(name_or_path)
+  if os.path.exists(name_or_path):
+    raise CheckpointError(f"{name_or_path!r} is a file, expected a checkpoint directory")
+  looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
+  if looks_local:
+    raise CheckpointError(f"checkpoint directory {name_or_path!r} does not exist")
+  try:
+    from huggingface_hub import snapshot_download
+    return snapshot_download(name_or_path, local_files_only=True)
+  except Exception as e:  # LocalEntryNotFoundError, validation errors of bad ids, ...
+    raise CheckpointError(
+        f"{name_or_path!r} is neither a local directory nor a hub id in the local "
+        f"huggingface_hub cache ({type(e).__name__}); this machine has no hub access: download "
+        f"it where there is network (huggingface-cli download {name_or_path}) and copy the "
+        f"cache or the directory here") from None
+
+
+def read_config(directory: str) -> dict:
+  path = os.path.join(directory, CONFIG)
+  if not os.path.isfile(path):
+    raise CheckpointError(f"no {CONFIG} in {directory}")
+  with open(path) as f:
+    return json.load(f)
+
+
+def read_tensors(directory: str) -> dict[str, np.ndarray]:
+  """All tensors of the checkpoint as numpy arrays (bf16 kept as ml_dtypes.bfloat16)."""
+  from safetensors import safe_open
+  single = os.path.join(directory, SAFETENSORS)
+  index = os.path.join(directory, SAFETENSORS_INDEX)
+  if os.path.isfile(single):
+    files = [single]
+  elif os.path.isfile(index):
+    with open(index) as f:
+      weight_map = json.load(f)["weight_map"]
+    files = [os.path.join(directory, s) for s in sorted(set(weight_map.values()))]
+    missing = [f for f in files if not os.path.isfile(f)]
+    if missing:
+      raise CheckpointError(f"shards named in {index} are missing: {missing}")
+  else:
+    raise CheckpointError(f"no {SAFETENSORS} or {SAFETENSORS_INDEX} in {directory} "
+                          "(only safetensors checkpoints are read)")
+  tensors: dict[str, np.ndarray] = {}
+  for path in files:
+    with safe_open(path, framework="flax") as f:
+      for key in f.keys():
+        if key in tensors:
+          raise CheckpointError(f"tensor {key!r} appears in more than one shard")
+        tensors[key] = np.asarray(f.get_tensor(key))
+  return tensors
+
+
+def write_checkpoint(out_dir: str, config: Mapping, tensors: Mapping[str, np.ndarray],
+                     extra: Callable[[str], None] | None = None) -> str:
+  """Writes config.json + model.safetensors; ``extra(tmp_dir)`` may add files (tokenizer...).
+
+  Atomic: everything is written into a temporary sibling directory that replaces ``out_dir``
+  only once complete, so a failure leaves nothing half-written.
+  """
+  import jax.numpy as jnp
+  from safetensors.flax import save_file
+  out_dir = os.path.abspath(out_dir)
+  parent = os.path.dirname(out_dir)
+  os.makedirs(parent, exist_ok=True)
+  tmp = tempfile.mkdtemp(prefix=".tmp-export-", dir=parent)
+  try:
+    with open(os.path.join(tmp, CONFIG), "w") as f:
+      json.dump(dict(config), f, indent=2, sort_keys=True)
+    arrays = {k: jnp.asarray(np.array(v, order="C")) for k, v in tensors.items()}
+    save_file(arrays, os.path.join(tmp, SAFETENSORS), metadata={"format": "pt"})
+    if extra is not None:
+      extra(tmp)
+    if os.path.isdir(out_dir):
+      old = out_dir + ".old-" + os.path.basename(tmp)
+      os.replace(out_dir, old)
+      os.replace(tmp, out_dir)
+      shutil.rmtree(old)
+    else:
+      os.replace(tmp, out_dir)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  return out_dir

@@ -1,0 +1,140 @@
+"""Small NNX building blocks shared by every tower.
+
+Parameter names follow the Hugging Face PyTorch names one level up (the *module* names such as
+``q_proj`` or ``layer_norm1`` are chosen by the towers); inside a block the leaves are the Flax
+names ``kernel`` / ``bias`` / ``scale`` / ``embedding``, so a converter is a key map plus a
+transpose hook.
+
+Every block computes in the dtype of its input activations (fp32 by default, bf16 on request);
+layer norms and softmaxes accumulate in fp32 and cast back.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+
+def quick_gelu(x):
+  return x * jax.nn.sigmoid(1.702 * x)
+
+
+def gelu_exact(x):
+  return jax.nn.gelu(x, approximate=False)
+
+
+def gelu_tanh(x):
+  return jax.nn.gelu(x, approximate=True)
+
+
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "quick_gelu": quick_gelu,
+    "gelu": gelu_exact,
+    "gelu_new": gelu_tanh,
+    "gelu_fast": gelu_tanh,
+    "gelu_pytorch_tanh": gelu_tanh,
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+}
+
+
+def activation(name: str) -> Callable[[jax.Array], jax.Array]:
+  """Returns the activation function named like Hugging Face's ``hidden_act``."""
+  try:
+    return ACTIVATIONS[name]
+  except KeyError:
+    raise ValueError(
+        f"unsupported hidden_act {name!r}; supported: {sorted(ACTIVATIONS)}") from None
+
+
+def _normal(rngs: nnx.Rngs, shape, std: float):
+  return std * jax.random.normal(rngs.params(), shape, jnp.float32)
+
+
+class Dense(nnx.Module):
+  """``y = x @ kernel + bias`` with an optional low-rank adapter.
+
+  kernel: (in, out) — the transpose of PyTorch's ``weight`` (out, in).
+  The adapter, when attached (see ``platonic_jax.core.lora``), adds
+  ``scale * (x @ lora_a) @ lora_b`` with ``lora_a`` (in, r) and ``lora_b`` (r, out), both
+  ``nnx.LoRAParam`` so they can be split out of the model state for training.
+  """
+
+  def __init__(self, in_features: int, out_features: int, *, use_bias: bool = True,
+               rngs: nnx.Rngs, std: float | None = None):
+    std = (1.0 / math.sqrt(in_features)) if std is None else std
+    self.in_features = in_features
+    self.out_features = out_features
+    self.kernel = nnx.Param(_normal(rngs, (in_features, out_features), std))
+    self.bias = nnx.Param(jnp.zeros((out_features,), jnp.float32)) if use_bias else None
+    self.lora_a = None
+    self.lora_b = None
+    self.lora_scale = 0.0
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """x (..., in) -> (..., out) in x's dtype."""
+    dtype = x.dtype
+    y = x @ self.kernel[...].astype(dtype)
+    if self.bias is not None:
+      y = y + self.bias[...].astype(dtype)
+    if self.lora_a is not None:
+      y = y + ((x @ self.lora_a[...].astype(dtype)) @ self.lora_b[...].astype(dtype)) * jnp.asarray(
+          self.lora_scale, dtype)
+    return y
+
+
+class LayerNorm(nnx.Module):
+  """LayerNorm over the last axis; statistics in fp32. Params ``scale`` (D,), ``bias`` (D,)."""
+
+  def __init__(self, dim: int, *, eps: float = 1e-5, rngs: nnx.Rngs | None = None):
+    del rngs
+    self.eps = float(eps)
+    self.scale = nnx.Param(jnp.ones((dim,), jnp.float32))
+    self.bias = nnx.Param(jnp.zeros((dim,), jnp.float32))
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    dtype = x.dtype
+    xf = x.astype(jnp.float32)
+    mean = jnp.mean(xf, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(xf - mean), axis=-1, keepdims=True)
+    y = (xf - mean) * jax.lax.rsqrt(var + self.eps)
+    y = y * self.scale[...] + self.bias[...]
+    return y.astype(dtype)
+
+
+class Embed(nnx.Module):
+  """Lookup table. Param ``embedding`` (num, D)."""
+
+  def __init__(self, num: int, dim: int, *, rngs: nnx.Rngs, std: float = 0.02):
+    self.embedding = nnx.Param(_normal(rngs, (num, dim), std))
+
+  def __call__(self, ids: jax.Array) -> jax.Array:
+    return jnp.take(self.embedding[...], ids, axis=0)
+
+
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, num_heads: int,
+              bias: jax.Array | None = None) -> jax.Array:
+  """Multi-head scaled dot-product attention.
+
+  q, k, v: (B, T, D) projected activations; bias: additive mask broadcastable to (B, H, T, T)
+  (0 where attended, a large negative number where masked). Returns (B, T, D).
+  Scores and softmax are computed in fp32.
+  """
+  b, t, d = q.shape
+  hd = d // num_heads
+  dtype = q.dtype
+  q = q.reshape(b, t, num_heads, hd)
+  k = k.reshape(b, k.shape[1], num_heads, hd)
+  v = v.reshape(b, v.shape[1], num_heads, hd)
+  scores = jnp.einsum("bqhd,bkhd->bhqk", q * jnp.asarray(hd**-0.5, dtype), k,
+                      preferred_element_type=jnp.float32)
+  if bias is not None:
+    scores = scores + bias
+  probs = jax.nn.softmax(scores, axis=-1).astype(dtype)
+  out = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+  return out.reshape(b, t, d)

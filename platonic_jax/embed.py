@@ -1,0 +1,181 @@
+"""Embedding images and texts: one ``jax.jit`` per bucketed batch shape, batch sharded.
+
+Every batch (the final partial one included) is padded to the same bucketed shape, so a run
+compiles once per (model, batch size, input shape, dtype); the batch axis is split over every
+device of a ``data`` mesh and the parameters are replicated. Dispatch is asynchronous: the
+host prepares batch i+1 while the devices run batch i.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from platonic_jax.models.dual_encoder import DualEncoder
+from platonic_jax.parallel import mesh as mesh_lib
+
+# Number of times an embedding function was traced (i.e. compiled); tests read it.
+TRACE_COUNT = {"image": 0, "text": 0}
+TEXT_BUCKET = 8
+
+
+def l2_normalize(x, axis=-1, eps=1e-12):
+  """Row-wise L2 normalisation, computed in fp32."""
+  x = jnp.asarray(x, jnp.float32)
+  return x * jax.lax.rsqrt(jnp.maximum(jnp.sum(x * x, axis=axis, keepdims=True), eps * eps))
+
+
+def _cast_state(state, dtype):
+  if jnp.dtype(dtype) == jnp.float32:
+    return state
+  return jax.tree.map(lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a,
+                      state)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(graphdef, kind: str, mesh, dtype_name: str, normalize: bool):
+  dtype = jnp.dtype(dtype_name)
+
+  def image_fn(state, pixels):
+    TRACE_COUNT["image"] += 1
+    module = nnx.merge(graphdef, state)
+    z = module.encode_image(pixels.astype(dtype))
+    return l2_normalize(z) if normalize else z.astype(jnp.float32)
+
+  def text_fn(state, ids, mask):
+    TRACE_COUNT["text"] += 1
+    module = nnx.merge(graphdef, state)
+    z = module.encode_text(ids, mask)
+    return l2_normalize(z) if normalize else z.astype(jnp.float32)
+
+  rep, sharded = mesh_lib.replicated(mesh), mesh_lib.batch_sharding(mesh)
+  if kind == "image":
+    return jax.jit(image_fn, in_shardings=(rep, sharded), out_shardings=sharded)
+  return jax.jit(text_fn, in_shardings=(rep, sharded, sharded), out_shardings=sharded)
+
+
+def _progress(total: int, enabled: bool, desc: str):
+  if not enabled:
+    return None
+  from tqdm.auto import tqdm
+  return tqdm(total=total, desc=desc, unit="ex")
+
+
+def _run_batches(fn: Callable, state, arrays: Sequence[np.ndarray], n: int, batch: int, mesh,
+                 progress: bool, desc: str) -> np.ndarray:
+  sharding = mesh_lib.batch_sharding(mesh)
+  bar = _progress(n, progress, desc)
+  outs = []
+  for start in range(0, n, batch):
+    stop = min(start + batch, n)
+    chunk = []
+    for a in arrays:
+      part = a[start:stop]
+      if stop - start < batch:  # pad the final partial batch to the bucket
+        pad = np.zeros((batch - (stop - start),) + part.shape[1:], part.dtype)
+        part = np.concatenate([part, pad])
+      chunk.append(jax.device_put(part, sharding))
+    outs.append((fn(state, *chunk), stop - start))
+    if bar is not None:
+      bar.update(stop - start)
+  if bar is not None:
+    bar.close()
+  return np.concatenate([np.asarray(o)[:k] for o, k in outs])
+
+
+def _prepare_images(model: DualEncoder, images) -> np.ndarray:
+  c, h, w = model.image_shape
+  if isinstance(images, (list, tuple)):
+    if not images:
+      raise ValueError("images is empty")
+    if model.preprocessor is None:
+      raise ValueError(f"model {model.name!r} has no preprocessor_config.json; pass an "
+                       f"array of preprocessed images of shape (n, {c}, {h}, {w})")
+    images = model.preprocessor(images)
+  images = np.asarray(images)
+  if images.ndim != 4:
+    raise ValueError(f"images must be a list of PIL images or an array (n, {c}, {h}, {w}); "
+                     f"got an array of shape {images.shape}")
+  if images.shape[0] == 0:
+    raise ValueError("images is empty")
+  if images.shape[1] != c:
+    raise ValueError(f"images have {images.shape[1]} channels, the model expects {c} "
+                     f"(array layout (n, {c}, {h}, {w}), channels first)")
+  if images.shape[2:] != (h, w):
+    raise ValueError(f"images are {images.shape[2]}x{images.shape[3]}, the model expects "
+                     f"{h}x{w} (array shape (n, {c}, {h}, {w}))")
+  if not np.issubdtype(images.dtype, np.floating):
+    raise ValueError(f"preprocessed images must be floating point, got {images.dtype}")
+  return images.astype(np.float32, copy=False)
+
+
+def _batch_size(batch_size: int, mesh) -> int:
+  if batch_size < 1:
+    raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+  return mesh_lib.round_up(batch_size, mesh.devices.size)
+
+
+def embed_images(model: DualEncoder, images, *, batch_size: int = 64, mesh=None,
+                 normalize: bool = True, progress: bool | None = None) -> np.ndarray:
+  """Image embeddings ``(n, d)`` float32, L2-normalised unless ``normalize=False``.
+
+  images: a list of PIL images (preprocessed with the checkpoint's processor config) or an
+  array ``(n, 3, H, W)`` already preprocessed. batch_size is rounded up to a multiple of the
+  device count; the last partial batch is padded, so one compilation serves the whole run.
+  """
+  pixels = _prepare_images(model, images)
+  mesh = mesh or mesh_lib.data_mesh()
+  batch = _batch_size(batch_size, mesh)
+  graphdef, state = nnx.split(model.module)
+  state = _cast_state(state, model.dtype)
+  fn = _compiled(graphdef, "image", mesh, jnp.dtype(model.dtype).name, normalize)
+  progress = pixels.shape[0] > 20 * batch if progress is None else progress
+  return _run_batches(fn, state, [pixels], pixels.shape[0], batch, mesh, progress, "images")
+
+
+def embed_texts(model: DualEncoder, texts: Sequence[str], *, batch_size: int = 256, mesh=None,
+                normalize: bool = True, progress: bool | None = None) -> np.ndarray:
+  """Text embeddings ``(m, d)`` float32, L2-normalised unless ``normalize=False``.
+
+  Sequences are padded to a multiple of 8 tokens (capped at the model's maximum length).
+  """
+  if isinstance(texts, str):
+    raise TypeError("texts must be a list of strings, not one string")
+  texts = list(texts)
+  if not texts:
+    raise ValueError("texts is empty")
+  ids, mask = model.tokenize(texts)
+  length = min(mesh_lib.round_up(ids.shape[1], TEXT_BUCKET), model.max_text_length)
+  if ids.shape[1] < length:
+    ids, mask = model.tokenize(texts, length=length)
+  mesh = mesh or mesh_lib.data_mesh()
+  batch = _batch_size(min(batch_size, mesh_lib.round_up(len(texts), 8)), mesh)
+  graphdef, state = nnx.split(model.module)
+  state = _cast_state(state, model.dtype)
+  fn = _compiled(graphdef, "text", mesh, jnp.dtype(model.dtype).name, normalize)
+  progress = len(texts) > 20 * batch if progress is None else progress
+  return _run_batches(fn, state, [ids, mask], len(texts), batch, mesh, progress, "texts")
+
+
+def format_prompt(template, classname: str) -> str:
+  return template(classname) if callable(template) else template.format(classname)
+
+
+def class_embeddings(model: DualEncoder, classnames: Sequence[str], templates: Sequence,
+                     **kw) -> np.ndarray:
+  """The zero-shot head ``Ghat (C, d)``: per class, the mean of the normalised template
+  embeddings, renormalised. Templates are ``str.format`` patterns with one ``{}`` or callables.
+  """
+  classnames, templates = list(classnames), list(templates)
+  if not classnames:
+    raise ValueError("classnames is empty")
+  if not templates:
+    raise ValueError("templates is empty")
+  texts = [format_prompt(t, c) for c in classnames for t in templates]
+  z = embed_texts(model, texts, **kw).reshape(len(classnames), len(templates), -1)
+  return np.asarray(l2_normalize(z.mean(axis=1)))

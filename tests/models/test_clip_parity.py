@@ -1,0 +1,119 @@
+"""Parity of the NNX CLIP towers with transformers' PyTorch CLIPModel on tiny random configs."""
+
+import numpy as np
+import pytest
+import jax.numpy as jnp
+
+torch = pytest.importorskip("torch")
+
+from platonic_jax.convert import hf as hf_convert
+from platonic_jax import embed as embed_lib
+from tests import fixtures
+
+NAMES = sorted(fixtures.TINY_CLIPS)
+
+
+def _t(x):
+  return torch.from_numpy(np.asarray(x))
+
+
+def _normalize(x):
+  x = np.asarray(x, np.float64)
+  return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def pair(request, tmp_path_factory):
+  name = request.param
+  d = tmp_path_factory.mktemp(name)
+  ref = fixtures.save_hf_clip(d, name, seed=NAMES.index(name))
+  return name, ref, hf_convert.load_model(str(d)), d
+
+
+def test_normalised_features_match(pair):
+  name, ref, ours, _ = pair
+  x = fixtures.random_pixels(5, name)
+  ids, mask = fixtures.random_ids(5, name, length=fixtures.TINY_CLIPS[name]["text"]["max_position_embeddings"])
+  with torch.no_grad():
+    ti = ref.get_image_features(pixel_values=_t(x)).pooler_output.numpy()
+    tt = ref.get_text_features(input_ids=_t(ids).long(), attention_mask=_t(mask).long()).pooler_output.numpy()
+  oi = embed_lib.embed_images(ours, x, batch_size=4)
+  ot = np.asarray(ours.module.encode_text(jnp.asarray(ids), jnp.asarray(mask)))
+  np.testing.assert_allclose(oi, _normalize(ti), atol=1e-4, rtol=0)
+  np.testing.assert_allclose(_normalize(ot), _normalize(tt), atol=1e-4, rtol=0)
+  np.testing.assert_allclose(float(ours.module.logit_scale[...]), float(ref.logit_scale.detach()), rtol=0, atol=0)
+
+
+def test_modules_match(pair):
+  """Per-module parity within 1e-5: embeddings, first block's pieces, pooled outputs."""
+  name, ref, ours, _ = pair
+  x = fixtures.random_pixels(2, name, seed=3)
+  tv, ov = ref.vision_model, ours.module.vision_model
+  with torch.no_grad():
+    emb_t = tv.embeddings(_t(x)).numpy()
+    h_t = tv.pre_layrnorm(tv.embeddings(_t(x)))
+    layer_t = tv.encoder.layers[0]
+    attn_t = layer_t.self_attn(layer_t.layer_norm1(h_t))[0].numpy()
+    mlp_t = layer_t.mlp(layer_t.layer_norm2(h_t)).numpy()
+    block_t = layer_t(h_t, None)
+    block_t = (block_t[0] if isinstance(block_t, tuple) else block_t).numpy()
+    pooled_t = tv(pixel_values=_t(x)).pooler_output.numpy()
+  emb_o = np.asarray(ov.embeddings(jnp.asarray(x)))
+  h_o = ov.pre_layrnorm(ov.embeddings(jnp.asarray(x)))
+  layer_o = ov.encoder.layers[0]
+  np.testing.assert_allclose(emb_o, emb_t, atol=1e-5, rtol=0)
+  np.testing.assert_allclose(np.asarray(h_o), h_t.numpy(), atol=1e-5, rtol=0)
+  np.testing.assert_allclose(np.asarray(layer_o.self_attn(layer_o.layer_norm1(h_o))), attn_t, atol=1e-5, rtol=0)
+  np.testing.assert_allclose(np.asarray(layer_o.mlp(layer_o.layer_norm2(h_o))), mlp_t, atol=1e-5, rtol=0)
+  np.testing.assert_allclose(np.asarray(layer_o(h_o)), block_t, atol=1e-5, rtol=0)
+  np.testing.assert_allclose(np.asarray(ov(jnp.asarray(x))), pooled_t, atol=1e-5, rtol=0)
+
+  length = fixtures.TINY_CLIPS[name]["text"]["max_position_embeddings"]
+  ids, mask = fixtures.random_ids(4, name, length=length, seed=5)
+  with torch.no_grad():
+    temb = ref.text_model.embeddings(input_ids=_t(ids).long()).numpy()
+    tpool = ref.text_model(input_ids=_t(ids).long(), attention_mask=_t(mask).long()).pooler_output.numpy()
+  np.testing.assert_allclose(np.asarray(ours.module.text_model.embeddings(jnp.asarray(ids))), temb,
+                             atol=1e-5, rtol=0)
+  np.testing.assert_allclose(np.asarray(ours.module.text_model(jnp.asarray(ids), jnp.asarray(mask))),
+                             tpool, atol=1e-5, rtol=0)
+
+
+def test_left_padding_mask_matches(pair):
+  """The padding mask matters when padding precedes the text (left padding)."""
+  name, ref, ours, _ = pair
+  length = fixtures.TINY_CLIPS[name]["text"]["max_position_embeddings"]
+  ids, mask = fixtures.random_ids(3, name, length=length, seed=7)
+  ids, mask = ids[:, ::-1].copy(), mask[:, ::-1].copy()
+  # keep the pooled token reachable: move each row's EOS to the last position
+  text = fixtures.TINY_CLIPS[name]["text"]
+  # the pooled token: the EOS id, or under the legacy rule (eos_token_id == 2) the highest id
+  eos = text["eos_token_id"] if text["eos_token_id"] != 2 else text["vocab_size"] - 1
+  body = ids[:, :-1]
+  body[body == eos] = 3
+  ids[:, -1] = eos
+  with torch.no_grad():
+    tpool = ref.text_model(input_ids=_t(ids).long(), attention_mask=_t(mask).long()).pooler_output.numpy()
+  opool = np.asarray(ours.module.text_model(jnp.asarray(ids), jnp.asarray(mask)))
+  np.testing.assert_allclose(opool, tpool, atol=1e-5, rtol=0)
+
+
+def test_export_roundtrip_bitwise(pair, tmp_path):
+  name, ref, ours, _ = pair
+  from transformers import CLIPModel
+  out = hf_convert.export_hf(ours, str(tmp_path / "export"))
+  reloaded_ref = CLIPModel.from_pretrained(out).eval()
+  sd0, sd1 = ref.state_dict(), reloaded_ref.state_dict()
+  assert sorted(sd0) == sorted(sd1)
+  for k in sd0:
+    assert torch.equal(sd0[k], sd1[k]), k
+  again = hf_convert.load_model(out)
+  a = hf_convert.keymap.flatten(__import__("flax").nnx.state(ours.module).to_pure_dict())
+  b = hf_convert.keymap.flatten(__import__("flax").nnx.state(again.module).to_pure_dict())
+  assert a.keys() == b.keys()
+  for k in a:
+    assert np.array_equal(np.asarray(a[k]), np.asarray(b[k])), k
+  x = fixtures.random_pixels(3, name, seed=9)
+  with torch.no_grad():
+    ti = reloaded_ref.get_image_features(pixel_values=_t(x)).pooler_output.numpy()
+  np.testing.assert_allclose(embed_lib.embed_images(again, x), _normalize(ti), atol=1e-4, rtol=0)

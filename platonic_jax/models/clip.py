@@ -77,9 +77,11 @@ class CLIPAttention(nnx.Module):
     self.q_proj = Dense(d, d, rngs=rngs)
     self.out_proj = Dense(d, d, rngs=rngs)
 
-  def __call__(self, x, bias=None):
-    """x (B, T, D), bias additive (B|1, 1, T|1, T) -> (B, T, D)."""
-    out = attention(self.q_proj(x), self.k_proj(x), self.v_proj(x), self.num_heads, bias)
+  def __call__(self, x, bias=None, kv=None):
+    """x (B, Tq, D) queries, kv (B, T, D) keys/values (default x), bias additive
+    (B|1, 1, Tq|1, T) -> (B, Tq, D)."""
+    kv = x if kv is None else kv
+    out = attention(self.q_proj(x), self.k_proj(kv), self.v_proj(kv), self.num_heads, bias)
     return self.out_proj(out)
 
 
@@ -102,8 +104,15 @@ class CLIPEncoderLayer(nnx.Module):
     self.mlp = CLIPMLP(spec, rngs=rngs)
     self.layer_norm2 = LayerNorm(spec.hidden_size, eps=spec.layer_norm_eps)
 
-  def __call__(self, x, bias=None):
-    x = x + self.self_attn(self.layer_norm1(x), bias)
+  def __call__(self, x, bias=None, first_token_only: bool = False):
+    """x (B, T, D) -> (B, T, D); with ``first_token_only`` -> (B, 1, D): only the first token's
+    output is computed (keys and values still span every token), which is all that a
+    class-token pooled tower reads from its last block."""
+    h = self.layer_norm1(x)
+    if first_token_only:
+      x = x[:, :1] + self.self_attn(h[:, :1], bias, kv=h)
+    else:
+      x = x + self.self_attn(h, bias)
     return x + self.mlp(self.layer_norm2(x))
 
 
@@ -113,9 +122,11 @@ class CLIPEncoder(nnx.Module):
     self.layers = nnx.List([CLIPEncoderLayer(spec, rngs=rngs)
                             for _ in range(spec.num_hidden_layers)])
 
-  def __call__(self, x, bias=None):
-    for layer in self.layers:
-      x = layer(x, bias)
+  def __call__(self, x, bias=None, first_token_only: bool = False):
+    """x (B, T, D) -> (B, T, D), or (B, 1, D) when only the first token is read out."""
+    last = len(self.layers) - 1
+    for i, layer in enumerate(self.layers):
+      x = layer(x, bias, first_token_only=first_token_only and i == last)
     return x
 
 
@@ -174,7 +185,7 @@ class CLIPVisionTransformer(nnx.Module):
   def __call__(self, pixels):
     """pixels (B, C, H, W) -> pooled (B, D) (post-LN class token)."""
     x = self.pre_layrnorm(self.embeddings(pixels))
-    x = self.encoder(x)
+    x = self.encoder(x, first_token_only=True)
     return self.post_layernorm(x[:, 0])
 
 

@@ -17,7 +17,7 @@ def fold(model: DualEncoder, terms: Terms) -> DualEncoder:
   Returns a new DualEncoder of the same architecture that embeds, saves and exports like any
   other; its image embeddings equal ``normalise(z (I + sum s W))``.
   """
-  if getattr(model.module, "edit_kind", "affine") != "affine":
+  if getattr(model.family, "edit_kind", "affine") != "affine":
     raise ValueError(f"the {model.family.name} family has no affine layer writing the embedding; "
                      "use its head edit (platonic_jax.core.head_edit) or the embedding route "
                      "(pj.apply_operators)")

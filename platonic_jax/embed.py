@@ -142,17 +142,25 @@ def embed_texts(model: DualEncoder, texts: Sequence[str], *, batch_size: int = 2
                 normalize: bool = True, progress: bool | None = None) -> np.ndarray:
   """Text embeddings ``(m, d)`` float32, L2-normalised unless ``normalize=False``.
 
-  Sequences are padded to a multiple of 8 tokens (capped at the model's maximum length).
+  Sequences are padded to a multiple of 8 tokens (capped at the model's maximum length), or,
+  for families whose ``text_padding`` is "max_length_unmasked" (SigLIP), to the maximum length
+  with no padding mask, as those checkpoints were trained.
   """
   if isinstance(texts, str):
     raise TypeError("texts must be a list of strings, not one string")
   texts = list(texts)
   if not texts:
     raise ValueError("texts is empty")
-  ids, mask = model.tokenize(texts)
-  length = min(mesh_lib.round_up(ids.shape[1], TEXT_BUCKET), model.max_text_length)
-  if ids.shape[1] < length:
-    ids, mask = model.tokenize(texts, length=length)
+  if model.family.text_padding == "max_length_unmasked":
+    # SigLIP: pooled at the last position and trained on max-length-padded text that attends
+    # to its padding, so pad to the maximum length and mask nothing.
+    ids, mask = model.tokenize(texts, length=model.max_text_length)
+    mask = np.ones_like(mask)
+  else:
+    ids, mask = model.tokenize(texts)
+    length = min(mesh_lib.round_up(ids.shape[1], TEXT_BUCKET), model.max_text_length)
+    if ids.shape[1] < length:
+      ids, mask = model.tokenize(texts, length=length)
   mesh = mesh or mesh_lib.data_mesh()
   batch = _batch_size(min(batch_size, mesh_lib.round_up(len(texts), 8)), mesh)
   graphdef, state = nnx.split(model.module)

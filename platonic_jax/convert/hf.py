@@ -57,6 +57,8 @@ def load_model(name_or_path: str, dtype=jnp.float32) -> DualEncoder:
   family = family_for_config(config)
   spec = family.spec_from_config(config)
   tensors = checkpoint.read_tensors(directory)
+  if family.hf_to_nnx_hook is not None:
+    tensors = family.hf_to_nnx_hook(tensors)
   abstract = abstract_module(family, spec)
   flat = keymap.hf_to_nnx(tensors, abstract_flat(abstract), renames=family.renames,
                           ignore=family.ignore, dtype=np.float32)
@@ -74,7 +76,10 @@ def hf_tensors(model: DualEncoder) -> dict[str, np.ndarray]:
   if keymap.flatten(lora.to_pure_dict()):
     raise ValueError("the model carries unmerged LoRA adapters; merge them into the base "
                      "weights first (platonic_jax.core.lora.merge)")
-  return keymap.nnx_to_hf(abstract_flat(model.module), renames=model.family.renames)
+  tensors = keymap.nnx_to_hf(abstract_flat(model.module), renames=model.family.renames)
+  if model.family.nnx_to_hf_hook is not None:
+    tensors = model.family.nnx_to_hf_hook(tensors)
+  return tensors
 
 
 def export_hf(model: DualEncoder, out_dir: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping
 
-from platonic_jax.models import clip
+from platonic_jax.models import clip, siglip, siglip2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -15,8 +15,17 @@ class Family:
   name: family name; model_types: HF ``model_type`` values it reads.
   spec_from_config: HF config dict -> frozen spec; module: spec -> NNX module (``rngs`` kw).
   renames / ignore: converter hooks (see ``platonic_jax.convert.keymap``).
-  edit_point: module path of the affine layer writing the image embedding (the fold target).
+  hf_to_nnx_hook / nnx_to_hf_hook: optional ``{HF key: array} -> {HF key: array}`` rewrites
+  applied to a checkpoint's tensors before the key map (load) and after it (export), for what a
+  rename cannot express (e.g. a reshape); None for none.
+  edit_point: module path of the layer the closed form folds into.
+  edit_kind: "affine" (the layer writes the embedding: ``K' = K (I + alpha W)``, see
+  ``platonic_jax.core.operator.fold_affine``) or "head" (the last linear of a residual pooling
+  head: ``fc2.kernel += alpha dK``, see ``platonic_jax.core.head_edit``).
   lora_targets: glob patterns of the vision tower's adapted linear layers.
+  text_padding: how ``embed_texts`` pads: "bucket" (to a multiple of 8 tokens, padding masked)
+  or "max_length_unmasked" (to the maximum length, padding attended: SigLIP's text tower pools
+  the last position and was trained that way).
   hf_architecture: the transformers class name written into exported configs.
   """
   name: str
@@ -28,6 +37,10 @@ class Family:
   hf_architecture: str
   renames: Mapping[str, str] = dataclasses.field(default_factory=dict)
   ignore: tuple[str, ...] = ("position_ids",)
+  hf_to_nnx_hook: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+  nnx_to_hf_hook: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+  edit_kind: str = "affine"
+  text_padding: str = "bucket"
 
 
 FAMILIES: dict[str, Family] = {}
@@ -48,6 +61,41 @@ CLIP = register(Family(
     lora_targets=("vision_model.encoder.layers.*.self_attn.q_proj",
                   "vision_model.encoder.layers.*.self_attn.v_proj"),
     hf_architecture="CLIPModel",
+))
+
+_SIGLIP_LORA = ("vision_model.encoder.layers.*.self_attn.q_proj",
+                "vision_model.encoder.layers.*.self_attn.v_proj")
+
+# google/siglip-* and the fixed-resolution google/siglip2-* checkpoints (model_type "siglip").
+SIGLIP = register(Family(
+    name="siglip",
+    model_types=("siglip",),
+    spec_from_config=siglip.SiglipSpec.from_hf_config,
+    module=siglip.SiglipModel,
+    edit_point="vision_model.head.mlp.fc2",
+    edit_kind="head",
+    lora_targets=_SIGLIP_LORA,
+    text_padding="max_length_unmasked",
+    hf_architecture="SiglipModel",
+    renames=siglip.RENAMES,
+    hf_to_nnx_hook=siglip.hf_to_nnx_scalars,
+    nnx_to_hf_hook=siglip.nnx_to_hf_scalars,
+))
+
+# The NaFlex google/siglip2-*-naflex checkpoints (model_type "siglip2").
+SIGLIP2 = register(Family(
+    name="siglip2",
+    model_types=("siglip2",),
+    spec_from_config=siglip2.Siglip2Spec.from_hf_config,
+    module=siglip2.Siglip2Model,
+    edit_point="vision_model.head.mlp.fc2",
+    edit_kind="head",
+    lora_targets=_SIGLIP_LORA,
+    text_padding="max_length_unmasked",
+    hf_architecture="Siglip2Model",
+    renames=siglip.RENAMES,
+    hf_to_nnx_hook=siglip.hf_to_nnx_scalars,
+    nnx_to_hf_hook=siglip.nnx_to_hf_scalars,
 ))
 
 

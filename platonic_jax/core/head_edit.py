@@ -1,0 +1,230 @@
+"""The head edit: the closed form for residual-head families (METHOD "Residual-head families").
+
+SigLIP and SigLIP2 pool the image through an attention probe followed by a residual MLP,
+
+    z = a + fc2(h),    h = act(fc1(LN(a))),    fc2(h) = h K + b,
+
+so no affine layer writes `z` alone and the affine fold (`K' = K (I + alpha W)`) does not
+apply. Instead the shift field `Sf (n, d)` (METHOD step 2) is regressed on the row-scaled
+hidden features `Hh = h / ||z|| (n, m)` with the same ridge as the closed form (step 3),
+
+    dK = argmin ||Hh dK - Sf||^2 + lam' ||dK||^2,    lam' = ridge * trace(Hh^T Hh) / m,
+
+and folded as `fc2.kernel += alpha dK`. The edited model's embedding is then exactly
+
+    z' = z + alpha h dK = z + alpha ||z|| Hh dK,   i.e.   z' / ||z|| = zhat + alpha Hh dK,
+
+so on the probes the *normalised* embedding moves by `alpha Hh dK ~= alpha Sf`, the shift the
+affine operator would have applied (`zhat W ~= Sf`). `dK` is linear in `Sf`, hence in the
+descriptor `U` (Proposition 1), and compositions add: `fc2.kernel += sum_l alpha_l s_l dK_l`.
+
+The embedding-operator route for these families is the general
+`platonic_jax.core.operator.apply_operators` on the embeddings (a reference, not deployable).
+`platonic_jax.core.solve.solve_head_delta(H, G, U, rank=, ridge=)` computes the same `dK` from
+the descriptor directly (through the shared factorisation); `solve_head_edit` here takes the
+shift field, as METHOD states the edit.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from platonic_jax.core.descriptor import check_finite, float_dtype
+
+_HI = jax.lax.Precision.HIGHEST
+
+
+def _module_and_family(model):
+  """(NNX module, edit point tuple) from a DualEncoder or a bare module."""
+  module = getattr(model, "module", model)
+  if not hasattr(module, "head_activations"):
+    raise ValueError(f"{type(module).__name__} has no residual pooling head "
+                     f"(head_activations); the head edit applies to the SigLIP families, "
+                     f"affine-head families use platonic_jax.core.operator.fold_affine")
+  return module, tuple(module.edit_point)
+
+
+def _layer(module, path: Sequence[str]):
+  node = module
+  for name in path:
+    node = node[int(name)] if str(name).isdigit() else getattr(node, name)
+  return node
+
+
+@functools.lru_cache(maxsize=16)
+def _features_fn(graphdef, edit_point: tuple):
+
+  def fn(state, inputs):
+    module = nnx.merge(graphdef, state)
+    a, h = module.head_activations(*inputs)
+    z = a + _layer(module, edit_point)(h)
+    a, h, z = (t.astype(jnp.float32) for t in (a, h, z))
+    return a, h / jnp.linalg.norm(z, axis=-1, keepdims=True), z
+
+  return jax.jit(fn)
+
+
+def head_features(model, *image_inputs, batch_size: int = 64):
+  """The residual head's regression features for a batch of probe images.
+
+  Args:
+    model: a `DualEncoder` of a residual-head family (or its NNX module).
+    *image_inputs: what the module's `encode_image` takes: NCHW images `(n, C, H, W)`, or for
+      SigLIP2 NaFlex `pixel_values (n, N, C*p*p), pixel_attention_mask (n, N),
+      spatial_shapes (n, 2)`.
+    batch_size: probes per compiled call.
+  Returns:
+    `a (n, d)` the pooled attention output (the MLP's residual input), `Hh (n, m)` the
+    row-scaled hidden features `act(fc1(LN(a))) / ||z||`, and `z (n, d)` the unnormalised
+    image embedding `a + fc2(act(fc1(LN(a))))`; float32.
+  """
+  module, edit_point = _module_and_family(model)
+  if not image_inputs:
+    raise ValueError("head_features needs the probe images (encode_image's inputs)")
+  if batch_size < 1:
+    raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+  n = int(np.shape(image_inputs[0])[0])
+  if n == 0:
+    raise ValueError("no probe images given")
+  # Validate the inputs once, eagerly (value checks are skipped under tracing).
+  check = getattr(getattr(module, "vision_model", None), "check_inputs", None)
+  if check is not None:
+    check(*image_inputs)
+  graphdef, state = nnx.split(module)
+  fn = _features_fn(graphdef, edit_point)
+  batch = min(batch_size, n)
+  outs = []
+  for start in range(0, n, batch):
+    stop = min(start + batch, n)
+    # every call has the batch's shape (one compilation): a short last chunk repeats its
+    # first row, a valid input whose outputs are dropped
+    rows = np.minimum(np.arange(start, start + batch), stop - 1)
+    chunk = tuple(None if x is None else jnp.asarray(np.asarray(x)[rows]) for x in image_inputs)
+    outs.append(tuple(o[:stop - start] for o in fn(state, chunk)))
+  return tuple(jnp.concatenate([o[i] for o in outs]) for i in range(3))
+
+
+def _check_ridge(ridge) -> float:
+  try:
+    r = float(ridge)
+  except (TypeError, ValueError):
+    raise ValueError(f"ridge must be a positive float, got {ridge!r}") from None
+  if not math.isfinite(r) or r <= 0.0:
+    raise ValueError(f"ridge must be > 0 and finite, got {ridge!r}")
+  return r
+
+
+@jax.jit
+def _ridge(H, S, ridge):
+  n, m = H.shape
+  lam = ridge * jnp.sum(H * H) / m
+  if n < m:  # dual: H^T (H H^T + lam I_n)^-1 S
+    gram = jnp.matmul(H, H.T, precision=_HI) + lam * jnp.eye(n, dtype=H.dtype)
+    c = jax.scipy.linalg.cho_factor(gram, lower=True)
+    return jnp.matmul(H.T, jax.scipy.linalg.cho_solve(c, S), precision=_HI)
+  # primal: (H^T H + lam I_m)^-1 H^T S
+  gram = jnp.matmul(H.T, H, precision=_HI) + lam * jnp.eye(m, dtype=H.dtype)
+  c = jax.scipy.linalg.cho_factor(gram, lower=True)
+  return jax.scipy.linalg.cho_solve(c, jnp.matmul(H.T, S, precision=_HI))
+
+
+def solve_head_edit(Hh, Sf, ridge: float) -> jax.Array:
+  """The head edit's ridge solve (METHOD step 3 with `Hh` as the regressor).
+
+  Args:
+    Hh: `(n, m)` row-scaled hidden features from `head_features`.
+    Sf: `(n, d)` shift field of the descriptor (`platonic_jax.core.solve.shift_field`), or a
+      stack `(S, n, d)` of shift fields solved together.
+    ridge: dimensionless ridge `> 0`; the absolute ridge is `ridge * trace(Hh^T Hh) / m`.
+  Returns:
+    `dK (m, d)` (or `(S, m, d)`), folded as `fc2.kernel += alpha dK`; primal normal equations
+    when `n >= m`, the dual form `Hh^T (Hh Hh^T + lam' I)^-1 Sf` when `n < m`. float32, or
+    float64 when x64 is enabled and an input is float64.
+  """
+  check_finite("Hh", Hh)
+  check_finite("Sf", Sf)
+  H, S = jnp.asarray(Hh), jnp.asarray(Sf)
+  if H.ndim != 2:
+    raise ValueError(f"Hh must be (n, m), got shape {tuple(H.shape)}")
+  if S.ndim not in (2, 3):
+    raise ValueError(f"Sf must be (n, d) or (S, n, d), got shape {tuple(S.shape)}")
+  if S.shape[-2] != H.shape[0]:
+    raise ValueError(f"Sf has {S.shape[-2]} rows but Hh has {H.shape[0]} probes (rows)")
+  if not bool(jnp.any(H != 0)):
+    raise ValueError("Hh is all zero: the head's hidden features carry no signal to regress on")
+  r = _check_ridge(ridge)
+  dt = float_dtype(H, S)
+  H, S = H.astype(dt), S.astype(dt)
+  if S.ndim == 3:  # (S, n, d) -> (n, S*d): one factorisation for every shift field
+    k, n, d = S.shape
+    dK = _ridge(H, S.transpose(1, 0, 2).reshape(n, k * d), jnp.asarray(r, dt))
+    return dK.reshape(-1, k, d).transpose(1, 0, 2)
+  return _ridge(H, S, jnp.asarray(r, dt))
+
+
+def _head_terms(terms, shape: tuple[int, int], target_id: str | None):
+  from platonic_jax.core.operator import Operator
+  if isinstance(terms, tuple) and len(terms) == 2 and not isinstance(terms[0], tuple):
+    raise TypeError("terms must be a sequence of (dK, strength) pairs, e.g. [(dK, 0.5)]")
+  deltas, strengths = [], []
+  for i, item in enumerate(terms):
+    try:
+      op, s = item
+    except (TypeError, ValueError):
+      raise TypeError(f"term {i} must be a (dK, strength) pair, got {item!r}") from None
+    if isinstance(s, bool) or not isinstance(s, (int, float, np.floating, np.integer)):
+      raise TypeError(f"term {i}: strength must be a real number, got {s!r}")
+    if not math.isfinite(float(s)):
+      raise ValueError(f"term {i}: strength must be finite, got {s}")
+    if isinstance(op, Operator):
+      if target_id is not None and op.target_id != target_id:
+        raise ValueError(f"term {i}: operator was solved for target {op.target_id!r}, not "
+                         f"{target_id!r}")
+      op = op.W
+    check_finite(f"term {i} dK", op)
+    dK = np.asarray(op, np.float64)
+    if dK.shape != shape:
+      raise ValueError(f"term {i}: dK has shape {dK.shape}, the head's fc2 kernel is {shape} "
+                       f"(intermediate, embedding)")
+    deltas.append(dK)
+    strengths.append(float(s))
+  if not deltas:
+    raise ValueError("no head-edit terms given")
+  return deltas, strengths
+
+
+def fold_head_edit(model, terms: Sequence[tuple[Any, float]], *,
+                   target_id: str | None = None):
+  """Folds head edits into a copy of the model: `fc2.kernel += sum_l s_l dK_l`.
+
+  Args:
+    model: a `DualEncoder` whose family's `edit_kind` is "head" (SigLIP, SigLIP2).
+    terms: `[(dK (m, d) or Operator holding one, strength), ...]`.
+    target_id: if given, every `Operator` term must have been solved for it.
+  Returns:
+    A new `DualEncoder` (the input is not modified) whose image embedding is
+    `z' = z + h (sum_l s_l dK_l)`, `h = act(fc1(LN(a)))`; the sum is formed in float64 and
+    added to the kernel before one rounding to its dtype.
+  """
+  family = getattr(model, "family", None)
+  if family is None or not hasattr(model, "clone"):
+    raise TypeError(f"fold_head_edit takes a DualEncoder, got {type(model).__name__}")
+  if getattr(family, "edit_kind", "affine") != "head":
+    raise ValueError(f"family {family.name!r} has an affine edit point "
+                     f"({family.edit_point}); fold its operators with "
+                     f"platonic_jax.core.operator.fold_affine, not the head edit")
+  kernel = model.edit_layer().kernel
+  shape = tuple(kernel.shape)
+  deltas, strengths = _head_terms(terms, shape, target_id)
+  total = sum(s * d for s, d in zip(strengths, deltas))
+  edited = model.clone()
+  k = edited.edit_layer().kernel
+  k[...] = jnp.asarray((np.asarray(k[...], np.float64) + total).astype(np.asarray(k[...]).dtype))
+  return edited

@@ -1,0 +1,195 @@
+"""Parity of the NNX SigLIP2 (NaFlex) towers with transformers' PyTorch Siglip2Model on tiny random
+configs, the position-embedding resize against F.interpolate, export -> reload bit-exact, and
+clear errors for incomplete NaFlex inputs."""
+
+import numpy as np
+import pytest
+import jax.numpy as jnp
+from flax import nnx
+
+torch = pytest.importorskip("torch")
+
+import platonic_jax as pj
+from platonic_jax.convert import hf as hf_convert, keymap
+from platonic_jax.models import siglip2
+from tests import siglip_fixtures as fx
+
+NAMES = sorted(fx.TINY_SIGLIP2S)
+# (h, w) in patches: up- and down-sampled, non-square, one filling the padded length exactly.
+SHAPES = [(3, 5), (7, 2), (4, 4), (1, 6), (6, 4)]
+MAX_PATCHES = 24
+
+
+def _t(x):
+  return torch.from_numpy(np.asarray(x))
+
+
+def _normalize(x):
+  x = np.asarray(x, np.float64)
+  return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def pair(request, tmp_path_factory):
+  name = request.param
+  d = tmp_path_factory.mktemp(name)
+  ref = fx.hf_siglip2(name, seed=10 + NAMES.index(name))
+  ref.save_pretrained(str(d))
+  return name, ref, hf_convert.load_model(str(d))
+
+
+def _ref_image(ref, pv, mask, shapes):
+  with torch.no_grad():
+    return ref.get_image_features(pixel_values=_t(pv), pixel_attention_mask=_t(mask).long(),
+                                  spatial_shapes=_t(shapes)).pooler_output.numpy()
+
+
+def test_normalised_features_match(pair):
+  name, ref, ours = pair
+  assert ours.family.name == "siglip2" and ours.family.edit_kind == "head"
+  pv, mask, shapes = fx.naflex_inputs(name, SHAPES, MAX_PATCHES)
+  t = fx.TINY_SIGLIP2S[name]["text"]
+  ids, tmask = fx.text_ids(4, t["vocab_size"], t["max_position_embeddings"], seed=2)
+  ti = _ref_image(ref, pv, mask, shapes)
+  with torch.no_grad():
+    tt = ref.get_text_features(input_ids=_t(ids).long(),
+                               attention_mask=_t(tmask).long()).pooler_output.numpy()
+  oi, ot = fx.run_jit(ours.module, lambda m, a, b, c, i, k: (m.encode_image(a, b, c),
+                                                              m.encode_text(i, k)),
+                      pv, mask, shapes, ids, tmask)
+  np.testing.assert_allclose(_normalize(oi), _normalize(ti), atol=1e-4, rtol=0)
+  np.testing.assert_allclose(_normalize(ot), _normalize(tt), atol=1e-4, rtol=0)
+  assert float(ours.module.logit_scale[...]) == float(ref.logit_scale.detach()[0])
+  assert float(ours.module.logit_bias[...]) == float(ref.logit_bias.detach()[0])
+
+
+def test_nchw_images_through_embed_images(pair):
+  """Square NCHW images at the native size go through pj.embed_images (patchified inside,
+  every patch real) and match the reference fed the processor's patch layout."""
+  name, ref, ours = pair
+  v = fx.TINY_SIGLIP2S[name]["vision"]
+  g, p = int(round(v["num_patches"] ** 0.5)), v["patch_size"]
+  x = np.random.RandomState(4).randn(3, 3, g * p, g * p).astype(np.float32)
+  assert ours.image_shape == (3, g * p, g * p)
+  # the Siglip2ImageProcessor layout: (row, col) patches, each (p, p, C) flattened
+  patches = x.reshape(3, 3, g, p, g, p).transpose(0, 2, 4, 3, 5, 1).reshape(3, g * g, -1)
+  ti = _ref_image(ref, patches, np.ones((3, g * g)), np.full((3, 2), g))
+  np.testing.assert_allclose(pj.embed_images(ours, x, batch_size=2), _normalize(ti), atol=1e-4,
+                             rtol=0)
+
+
+def test_modules_match(pair):
+  """Per-module parity within 1e-5: vision embeddings (with resized position embeddings), a
+  masked block, the masked pooling head (and its attention), the pooled output; text pooled."""
+  name, ref, ours = pair
+  pv, mask, shapes = fx.naflex_inputs(name, SHAPES[:3], MAX_PATCHES, seed=3)
+  tv = ref.vision_model
+  from transformers.masking_utils import create_bidirectional_mask
+  with torch.no_grad():
+    emb_t = tv.embeddings(_t(pv), _t(shapes))
+    bias_t = create_bidirectional_mask(config=tv.config, inputs_embeds=emb_t,
+                                       attention_mask=_t(mask).long())
+    block_t = tv.encoder.layers[0](emb_t, bias_t)
+    block_t = (block_t[0] if isinstance(block_t, tuple) else block_t).numpy()
+    out_t = tv(pixel_values=_t(pv), pixel_attention_mask=_t(mask).long(), spatial_shapes=_t(shapes))
+    tokens_t = out_t.last_hidden_state
+    head_t = tv.head(tokens_t, _t(mask).long()).numpy()
+  t = fx.TINY_SIGLIP2S[name]["text"]
+  ids, tmask = fx.text_ids(3, t["vocab_size"], t["max_position_embeddings"], seed=6)
+  with torch.no_grad():
+    tpool = ref.text_model(input_ids=_t(ids).long(), attention_mask=_t(tmask).long()).pooler_output.numpy()
+
+  def ours_fn(m, pv, mask, shapes, emb_in, tokens_in, ids, tmask):
+    v = m.vision_model
+    bias = jnp.where(mask[:, None, None, :] > 0, 0.0, -1e9)
+    return dict(emb=v.embeddings(pv, shapes), block=v.encoder.layers[0](emb_in, bias),
+                head=v.head(tokens_in, bias), pooled=v(pv, mask, shapes),
+                tpool=m.text_model(ids, tmask))
+
+  o = fx.run_jit(ours.module, ours_fn, pv, mask, shapes, emb_t.numpy(), tokens_t.numpy(), ids,
+                 tmask)
+  want = dict(emb=emb_t.numpy(), block=block_t, head=head_t, pooled=out_t.pooler_output.numpy(),
+              tpool=tpool)
+  for k, v in want.items():
+    np.testing.assert_allclose(np.asarray(o[k]), v, atol=1e-5, rtol=0, err_msg=k)
+
+
+@pytest.mark.parametrize("g", [4, 5])
+def test_position_resize_is_antialiased_bilinear(g):
+  """resize_position_embeddings == F.interpolate(bilinear, align_corners=False, antialias=True)
+  for sizes around g on both axes, shrinking and growing, == the reference's own resize (padding rows
+  included: they take position (0, 0))."""
+  import torch.nn.functional as F
+  from transformers.models.siglip2.modeling_siglip2 import Siglip2VisionEmbeddings
+  d = 5
+  table = np.random.RandomState(g).randn(g, g, d).astype(np.float32)
+  sides = (1, 2, g - 1, g, g + 1, 2 * g + 1)
+  sizes = [(h, w) for h in sides for w in sides]
+  n = max(h * w for h, w in sizes) + 2
+  ours = np.asarray(siglip2.resize_position_embeddings(jnp.asarray(table), np.asarray(sizes), n))
+  with torch.no_grad():
+    ref = Siglip2VisionEmbeddings.resize_positional_embeddings(_t(table), _t(sizes), n).numpy()
+  np.testing.assert_allclose(ours, ref, atol=1e-5, rtol=0)
+  grid = torch.from_numpy(table).permute(2, 0, 1)[None]  # (1, d, g, g)
+  for i, (h, w) in enumerate(sizes):
+    if w > 1:
+      want = F.interpolate(grid, size=(h, w), mode="bilinear", align_corners=False, antialias=True)
+    else:
+      # torch's CPU antialiased kernel returns every row equal to the first when the output
+      # width is 1 (e.g. g=4, (2, 1): [4.357, 4.357] instead of [4.357, 10.643]); the filter is
+      # separable and the same on both axes, so resize the transposed grid instead.
+      want = F.interpolate(grid.transpose(-1, -2), size=(w, h), mode="bilinear",
+                           align_corners=False, antialias=True).transpose(-1, -2)
+    want = want[0].permute(1, 2, 0).reshape(h * w, d).numpy()
+    np.testing.assert_allclose(ours[i, :h * w], want, atol=1e-5, rtol=0, err_msg=str((h, w)))
+    np.testing.assert_allclose(ours[i, h * w:], np.broadcast_to(want[0], (n - h * w, d)),
+                               atol=1e-5, rtol=0)
+
+
+def test_naflex_without_mask_is_a_clear_error(pair):
+  name, _, ours = pair
+  pv, mask, shapes = fx.naflex_inputs(name, SHAPES[:2], MAX_PATCHES)
+  with pytest.raises(ValueError, match=r"NaFlex pixel_values \(B, N, C\*p\*p\) need "
+                                       r"pixel_attention_mask"):
+    ours.module.encode_image(pv, spatial_shapes=shapes)
+  with pytest.raises(ValueError, match=r"need pixel_attention_mask and spatial_shapes"):
+    ours.module.encode_image(pv)
+  with pytest.raises(ValueError, match=r"need spatial_shapes"):
+    ours.module.encode_image(pv, mask)
+  bad = mask.copy()
+  bad[0, 0] = 0
+  with pytest.raises(ValueError, match=r"pixel_attention_mask marks \[14, 14\] real patches per "
+                                       r"image but spatial_shapes give \[15, 14\]"):
+    ours.module.encode_image(pv, bad, shapes)
+  with pytest.raises(ValueError, match=r"need up to 30 patches but pixel_values hold 24"):
+    ours.module.encode_image(pv, mask, np.asarray([[5, 6], [7, 2]]))
+  v = fx.TINY_SIGLIP2S[name]["vision"]
+  with pytest.raises(ValueError, match=rf"positive multiples of the patch size {v['patch_size']}"):
+    ours.module.encode_image(np.zeros((1, 3, v["patch_size"] * 2 + 1, v["patch_size"] * 2)))
+  with pytest.raises(ValueError, match="take no pixel_attention_mask"):
+    ours.module.encode_image(np.zeros((1, 3, 8, 8)), mask[:1])
+
+
+def test_export_roundtrip_bitwise(pair, tmp_path):
+  name, ref, ours = pair
+  from transformers import Siglip2Model
+  out = pj.export_hf(ours, str(tmp_path / "export"))
+  reloaded = Siglip2Model.from_pretrained(out).eval()
+  sd0, sd1 = ref.state_dict(), reloaded.state_dict()
+  assert sorted(sd0) == sorted(sd1)
+  for k in sd0:
+    assert sd0[k].shape == sd1[k].shape and torch.equal(sd0[k], sd1[k]), k
+  again = pj.load_model(out)
+  a = keymap.flatten(nnx.state(ours.module).to_pure_dict())
+  b = keymap.flatten(nnx.state(again.module).to_pure_dict())
+  assert a.keys() == b.keys()
+  for k in a:
+    assert np.array_equal(np.asarray(a[k]), np.asarray(b[k])), k
+
+
+def test_non_square_position_grid_is_rejected():
+  cfg = {"model_type": "siglip2", "vision_config": {"hidden_size": 32, "num_attention_heads": 4,
+                                                     "num_patches": 20},
+         "text_config": {"hidden_size": 32, "num_attention_heads": 4}}
+  with pytest.raises(ValueError, match="num_patches 20 is not a square"):
+    siglip2.Siglip2Spec.from_hf_config(cfg)

@@ -1,0 +1,260 @@
+"""Controls and analyses: random-UTD, Corollary 1, agreement, shared vs residual, consensus,
+and the Proposition 1 (linearity) check. METHOD "Baselines and controls" and "Evaluation".
+
+Fractions are returned in [0, 1] (multiply by 100 for the paper's percent).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from platonic_jax.core import solve as _solve
+from platonic_jax.core.descriptor import (Descriptor, Provenance, Term, center_rows,
+                                          check_finite, float_dtype, l2_normalize)
+from platonic_jax.core.grid import Grid
+
+_HI = jax.lax.Precision.HIGHEST
+
+
+# ----------------------------------------------------------------------------------------------
+# Random-UTD control.
+
+
+def random_utd(grid_or_shape: Grid | tuple[int, int], like_U, key: jax.Array) -> jax.Array:
+  """A Gaussian matrix on the grid, centred by `H_C` and scaled to `||like_U||_F`.
+
+  Args:
+    grid_or_shape: a `Grid` or an `(n, C)` shape.
+    like_U: `(n, C)` descriptor whose Frobenius norm is matched (or a scalar norm).
+    key: PRNG key.
+  Returns:
+    `(n, C)` array in `like_U`'s float dtype.
+  """
+  shape = grid_or_shape.shape if isinstance(grid_or_shape, Grid) else tuple(grid_or_shape)
+  if len(shape) != 2 or shape[1] < 2:
+    raise ValueError(f"random_utd needs an (n, C) shape with C >= 2, got {shape}")
+  check_finite("like_U", like_U)
+  like = jnp.asarray(like_U)
+  if like.ndim == 2 and like.shape != shape:
+    raise ValueError(f"like_U shape {tuple(like.shape)} does not match grid shape {shape}")
+  dt = float_dtype(like)
+  target = jnp.linalg.norm(like.astype(dt)) if like.ndim else like.astype(dt)
+  R = center_rows(jax.random.normal(key, shape, dt))
+  return R * (target / jnp.linalg.norm(R))
+
+
+def random_descriptor(descriptor: Descriptor, key: jax.Array) -> Descriptor:
+  """The random-UTD control of a descriptor: each term replaced by `random_utd` at its norm."""
+  keys = jax.random.split(key, len(descriptor))
+  return Descriptor(
+      Term(t.grid, random_utd(t.grid, t.U, k), (Provenance(f"random-utd({t.source_id})"),))
+      for t, k in zip(descriptor.terms, keys))
+
+
+# ----------------------------------------------------------------------------------------------
+# Corollary 1.
+
+
+def corollary1(Zhat_test, labels, G, Ws: Sequence, alphas: Sequence[float]) -> list[dict]:
+  """The composition guarantee, per term of a summed edit `I + sum_l alpha_l W_l`.
+
+  For term `l`: `z'_l = zhat (I + alpha_l W_l)` (not renormalised), margin
+  `m_l = <z'_l, g_y> - max_{j != y} <z'_l, g_j>`, other-term perturbation
+  `delta_j = <zhat sum_{l' != l} alpha_l' W_l', g_j>`, `eps_l = max_j delta_j - min_j delta_j`.
+
+  Args:
+    Zhat_test: `(N, d)` test embeddings of the pre-trained target (normalised here).
+    labels: `(N,)` integer labels in `[0, C)`.
+    G: `(C, d)` class embeddings (normalised here).
+    Ws: list of `(d, d)` operators; alphas: their strengths.
+  Returns:
+    One dict per term with fractions of test images: `guaranteed` `P[m > eps]`, `changed`
+    (the sum's prediction differs from the single-term model's), `bound` `P[0 < m <= eps]`,
+    `observed` (single-term accuracy minus the sum's accuracy), `single_accuracy`,
+    `sum_accuracy`. The corollary says `observed <= bound`; this function does not enforce it.
+  """
+  check_finite("Zhat_test", Zhat_test)
+  check_finite("G", G)
+  if len(Ws) != len(alphas) or not Ws:
+    raise ValueError(f"need one alpha per operator, got {len(Ws)} operators, {len(alphas)} alphas")
+  Z, Gm = jnp.asarray(Zhat_test), jnp.asarray(G)
+  y = np.asarray(labels)
+  if Z.ndim != 2 or Gm.ndim != 2 or Z.shape[1] != Gm.shape[1]:
+    raise ValueError(f"want Zhat_test (N, d) and G (C, d), got {tuple(Z.shape)}, {tuple(Gm.shape)}")
+  if y.shape != (Z.shape[0],) or not np.issubdtype(y.dtype, np.integer):
+    raise ValueError(f"labels must be ({Z.shape[0]},) integers, got {y.shape} {y.dtype}")
+  C = Gm.shape[0]
+  if y.min() < 0 or y.max() >= C:
+    raise ValueError(f"labels must lie in [0, {C}), got range [{y.min()}, {y.max()}]")
+  dt = float_dtype(Z, Gm, *Ws)
+  Zh, Gh = l2_normalize(Z.astype(dt)), l2_normalize(Gm.astype(dt))
+  base = np.asarray(jnp.matmul(Zh, Gh.T, precision=_HI), np.float64)          # (N, C)
+  contrib = []
+  for i, (W, a) in enumerate(zip(Ws, alphas)):
+    check_finite(f"Ws[{i}]", W)
+    W = jnp.asarray(W, dt)
+    zw = jnp.matmul(Zh, W, precision=_HI)
+    contrib.append(float(a) * np.asarray(jnp.matmul(zw, Gh.T, precision=_HI), np.float64))
+  total = sum(contrib)
+  rows = np.arange(len(y))
+  sum_logits = base + total
+  sum_pred = np.argmax(sum_logits, axis=1)
+  out = []
+  for l, c_l in enumerate(contrib):
+    single = base + c_l
+    delta = sum(c for k, c in enumerate(contrib) if k != l) if len(contrib) > 1 else 0 * c_l
+    other = single.copy()
+    other[rows, y] = -np.inf
+    m = single[rows, y] - other.max(axis=1)
+    eps = delta.max(axis=1) - delta.min(axis=1)
+    single_pred = np.argmax(single, axis=1)
+    single_acc = float(np.mean(single_pred == y))
+    sum_acc = float(np.mean(sum_pred == y))
+    out.append({
+        "guaranteed": float(np.mean(m > eps)),
+        "changed": float(np.mean(single_pred != sum_pred)),
+        "bound": float(np.mean((m > 0) & (m <= eps))),
+        "observed": single_acc - sum_acc,
+        "single_accuracy": single_acc,
+        "sum_accuracy": sum_acc,
+    })
+  return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Agreement (Tables 8-9).
+
+
+def cosine(a, b) -> float:
+  """Cosine between two arrays flattened (Frobenius inner product), in float64."""
+  a = np.asarray(a, np.float64).ravel()
+  b = np.asarray(b, np.float64).ravel()
+  if a.shape != b.shape:
+    raise ValueError(f"cosine of arrays with different sizes {a.size} and {b.size}")
+  na, nb = np.linalg.norm(a), np.linalg.norm(b)
+  if na == 0 or nb == 0:
+    raise ValueError("cosine with an all-zero array is undefined")
+  return float(a @ b / (na * nb))
+
+
+def agreement(U_src, U_own, W_src=None, W_own=None, Sf_src=None, Sf_own=None) -> dict:
+  """Cosines between a source's and the target's own descriptor `(n, C)`, operator `(d, d)`
+  and shift field `(n, d)` on one grid. Omitted pairs are omitted from the result."""
+  out = {"descriptor": cosine(U_src, U_own)}
+  if (W_src is None) != (W_own is None) or (Sf_src is None) != (Sf_own is None):
+    raise ValueError("agreement needs both the source's and the own array of each pair")
+  if W_src is not None:
+    out["operator"] = cosine(W_src, W_own)
+  if Sf_src is not None:
+    out["shift_field"] = cosine(Sf_src, Sf_own)
+  return out
+
+
+def gain_forfeited(gain_src, gain_own, min_gain: float = 3.0):
+  """`1 - gain_src / gain_own` (gains in accuracy points); NaN where `gain_own < min_gain`.
+
+  Scalars give a float, arrays an array of the broadcast shape.
+  """
+  gs = np.asarray(gain_src, np.float64)
+  go = np.asarray(gain_own, np.float64)
+  ok = go >= min_gain
+  out = np.where(ok, 1.0 - gs / np.where(ok, go, 1.0), np.nan)
+  return float(out) if out.ndim == 0 else out
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared vs residual, consensus.
+
+
+def _stack_terms(items) -> tuple[jax.Array, Grid | None]:
+  if all(isinstance(x, Descriptor) for x in items):
+    terms = [x.only for x in items]
+    grid = terms[0].grid
+    for t in terms[1:]:
+      if t.grid != grid:
+        raise ValueError(f"descriptors are on different grids: {grid!r} vs {t.grid!r}")
+    return jnp.stack([t.U for t in terms]), grid
+  Us = jnp.asarray(items)
+  if Us.ndim != 3:
+    raise ValueError(f"Us must be (K, n, C), got shape {tuple(Us.shape)}")
+  check_finite("Us", Us)
+  return Us, None
+
+
+def shared_residual(Us) -> dict:
+  """Shared and residual parts of K sources' descriptors on one grid.
+
+  Args:
+    Us: `(K, n, C)` array, or K one-term Descriptors on one grid.
+  Returns:
+    dict with `shared (n, C)` (the mean), `residuals (K, n, C)` (`U_k - shared`),
+    `residual_norms (K,)`, `shared_norm` (float), `norms (K,)` (each `||U_k||_F`).
+  """
+  U, _ = _stack_terms(list(Us) if not hasattr(Us, "ndim") else Us)
+  shared = jnp.mean(U, axis=0)
+  res = U - shared
+  return {
+      "shared": shared,
+      "residuals": res,
+      "residual_norms": np.asarray(jnp.linalg.norm(res, axis=(1, 2)), np.float64),
+      "shared_norm": float(jnp.linalg.norm(shared)),
+      "norms": np.asarray(jnp.linalg.norm(U, axis=(1, 2)), np.float64),
+  }
+
+
+def consensus(descriptors: Sequence[Descriptor]) -> Descriptor:
+  """The mean of several sources' descriptors, usable as a source of its own.
+
+  All descriptors must hold exactly the same grids. Provenance is one entry
+  `consensus(src1,src2,...)`.
+  """
+  descriptors = list(descriptors)
+  if not descriptors or not all(isinstance(d, Descriptor) for d in descriptors):
+    raise ValueError("consensus needs a non-empty list of Descriptors")
+  grids = {g.version for g in descriptors[0].grids}
+  for d in descriptors[1:]:
+    if {g.version for g in d.grids} != grids:
+      raise ValueError(f"consensus needs descriptors on the same grids: {descriptors[0]!r} vs {d!r}")
+  total = descriptors[0]
+  for d in descriptors[1:]:
+    total = total + d
+  mean = total * (1.0 / len(descriptors))
+  ids = ",".join(t.source_id for d in descriptors for t in d.terms[:1])
+  fts = ",".join(p.finetune for d in descriptors for p in d.terms[0].provenance if p.finetune)
+  prov = (Provenance(source=f"consensus({ids})", finetune=f"consensus({fts})" if fts else ""),)
+  return Descriptor(Term(t.grid, t.U, prov) for t in mean.terms)
+
+
+# ----------------------------------------------------------------------------------------------
+# Proposition 1.
+
+
+def linearity_check(Z, G, Us: Sequence, coefs: Sequence[float] = (1.0, -1.5, 1.0), *,
+                    rank: int, ridge: float) -> dict:
+  """Compare `op(sum_i c_i U_i)` with `sum_i c_i op(U_i)` (paper Table 6).
+
+  Solves run in the inputs' dtype (float64 needs `jax_enable_x64`); the comparison metrics are
+  computed in float64.
+
+  Args:
+    Z: `(n, d)`; G: `(C, d)`; Us: list of `(n, C)` descriptors; coefs: one per descriptor.
+  Returns:
+    dict with `cosine` and `rel_diff` (`||op(comb) - comb(op)||_F / ||comb(op)||_F`) and
+    `dtype`.
+  """
+  if len(Us) != len(coefs) or not Us:
+    raise ValueError(f"need one coefficient per descriptor, got {len(Us)} and {len(coefs)}")
+  dt = float_dtype(Z, G, *Us)
+  Us = [jnp.asarray(U, dt) for U in Us]
+  combo = sum(float(c) * U for c, U in zip(coefs, Us))
+  W_combo = _solve.solve_operator(Z, G, combo, rank=rank, ridge=ridge)
+  Ws = [_solve.solve_operator(Z, G, U, rank=rank, ridge=ridge) for U in Us]
+  comb_W = sum(float(c) * np.asarray(W, np.float64) for c, W in zip(coefs, Ws))
+  a = np.asarray(W_combo, np.float64)
+  return {"cosine": cosine(a, comb_W),
+          "rel_diff": float(np.linalg.norm(a - comb_W) / np.linalg.norm(comb_W)),
+          "dtype": str(W_combo.dtype)}

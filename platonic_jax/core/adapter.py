@@ -1,0 +1,221 @@
+"""Realization 2: fit a LoRA to a task descriptor (METHOD "Realization 2: adapter").
+
+For an edit ``sum_l s_l U_l`` on grids ``(X_l, T_l)`` the target (its text tower frozen, its
+class embeddings ``G_l`` precomputed) learns a LoRA minimising, over mini-batches of each
+term's probes,
+
+    sum_l || (A_theta(X_l, T_l) - A_pre(X_l, T_l)) @ H_C - s_l U_l ||_F^2 / ||U_l||_F^2
+
+(each mini-batch sum rescaled by ``n_l / b`` so it estimates the full-grid sum). All terms are
+fitted jointly in one run; a negative coefficient negates a task. No label is read.
+
+``A_pre`` is the target's own pre-trained affinity, computed once before training. A term
+built from a ``Descriptor`` carries its signed matrix (``-D`` stores ``-U``) with ``s = 1``, so
+its normaliser is the norm of that matrix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from platonic_jax.core import train
+from platonic_jax.core.train import Recipe
+from platonic_jax.models.dual_encoder import DualEncoder
+
+
+def center_rows(U: jax.Array) -> jax.Array:
+  """``U @ H_C``: each row's mean removed. U (..., C) -> (..., C)."""
+  return U - jnp.mean(U, axis=-1, keepdims=True)
+
+
+def residual_loss(A: jax.Array, A_pre: jax.Array, target: jax.Array,
+                  weight: jax.Array) -> jax.Array:
+  """``weight * ||(A - A_pre) @ H_C - target||_F^2``: A, A_pre, target (b, C) -> ()."""
+  return weight * jnp.sum(jnp.square(center_rows(A - A_pre) - target))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class AdapterTerm:
+  """One term ``s * U`` of an edit, with the data to fit it on.
+
+  probes: (n, 3, H, W) the grid's probe images, preprocessed for the target, row order of U.
+  G: (C, d) the target's class embeddings for the grid's prompts, column order of U.
+  U: (n, C) the descriptor matrix. coef: the sign/strength ``s``. name: for messages.
+  """
+  probes: Any
+  G: Any
+  U: Any
+  coef: float = 1.0
+  name: str = "term"
+
+  def __post_init__(self):
+    U = np.asarray(self.U, np.float32)
+    probes = np.asarray(self.probes)
+    G = np.asarray(self.G)
+    if U.ndim != 2:
+      raise ValueError(f"term {self.name!r}: U must be (n, C), got shape {U.shape}")
+    if probes.ndim != 4 or probes.shape[0] != U.shape[0]:
+      raise ValueError(f"term {self.name!r}: the grid has n={U.shape[0]} probes (rows of U) but "
+                       f"probes has shape {probes.shape}; give the grid's own probe images")
+    if G.ndim != 2 or G.shape[0] != U.shape[1]:
+      raise ValueError(f"term {self.name!r}: the grid has C={U.shape[1]} classes (columns of U) "
+                       f"but G has shape {G.shape}")
+    if not np.all(np.isfinite(U)):
+      raise ValueError(f"term {self.name!r}: U contains NaN or inf")
+    if not np.isfinite(self.coef) or self.coef == 0:
+      raise ValueError(f"term {self.name!r}: coef must be finite and non-zero, got {self.coef}")
+    if float(np.sum(U * U)) == 0.0:
+      raise ValueError(f"term {self.name!r}: U is zero, there is nothing to fit")
+    object.__setattr__(self, "U", U)
+    object.__setattr__(self, "probes", probes)
+    object.__setattr__(self, "G", G)
+    object.__setattr__(self, "coef", float(self.coef))
+
+  @property
+  def shape(self) -> tuple[int, int]:
+    return tuple(self.U.shape)
+
+
+def _probe_pair(task: str, value) -> tuple[tuple, np.ndarray]:
+  if isinstance(value, Mapping):
+    ids, images = value.get("ids"), value.get("images")
+  elif isinstance(value, (tuple, list)) and len(value) == 2:
+    ids, images = value
+  else:
+    ids = getattr(value, "ids", getattr(value, "probe_ids", None))
+    images = getattr(value, "images", None)
+  if ids is None or images is None:
+    raise ValueError(f"probes for task {task!r} must be (probe_ids, images (n, 3, H, W)); the "
+                     "ids are checked against the descriptor's grid")
+  return tuple(np.asarray(ids).tolist()), np.asarray(images)
+
+
+def terms_from_descriptor(descriptor, probes: Mapping[str, Any],
+                          G: Mapping[str, Any]) -> list[AdapterTerm]:
+  """One ``AdapterTerm`` per descriptor term (``descriptor.terms``: ``.grid``, ``.U``).
+
+  probes: task name -> (probe_ids, images (n, 3, H, W)); G: task name -> (C, d).
+  Raises ValueError if a task's probes are missing, their count differs from the grid's ``n``,
+  or their ids are not the grid's ``probe_ids`` in order; or G's rows differ from the grid's C.
+  """
+  terms = []
+  for term in descriptor.terms:
+    grid = term.grid
+    task = grid.task
+    if task not in probes:
+      raise ValueError(f"no probes given for task {task!r} (descriptor tasks: "
+                       f"{[t.grid.task for t in descriptor.terms]}, probes for: {sorted(probes)})")
+    if task not in G:
+      raise ValueError(f"no class embeddings G given for task {task!r}")
+    ids, images = _probe_pair(task, probes[task])
+    if images.ndim != 4 or images.shape[0] != grid.n or len(ids) != grid.n:
+      raise ValueError(f"probes for task {task!r} do not match the descriptor's grid "
+                       f"{grid.short_version}: grid has n={grid.n} probes, got {len(ids)} ids and "
+                       f"images of shape {images.shape}")
+    if ids != tuple(grid.probe_ids):
+      first = next(i for i, (a, b) in enumerate(zip(ids, grid.probe_ids)) if a != b)
+      raise ValueError(f"probe ids for task {task!r} do not match the descriptor's grid "
+                       f"{grid.short_version}: position {first} is {ids[first]!r}, the grid has "
+                       f"{grid.probe_ids[first]!r} (other probes, or another order)")
+    g = np.asarray(G[task])
+    if g.ndim != 2 or g.shape[0] != grid.num_classes:
+      raise ValueError(f"G for task {task!r} has shape {g.shape}; the grid has "
+                       f"C={grid.num_classes} classes")
+    terms.append(AdapterTerm(probes=images, G=g, U=np.asarray(term.U), coef=1.0, name=task))
+  return terms
+
+
+def as_terms(edit, probes=None, G=None) -> list[AdapterTerm]:
+  """A descriptor (with ``probes`` and ``G`` mappings) or a sequence of ``AdapterTerm``."""
+  if hasattr(edit, "terms"):
+    if probes is None or G is None:
+      raise ValueError("a Descriptor needs probes={task: (ids, images)} and G={task: (C, d)}")
+    return terms_from_descriptor(edit, probes, G)
+  if isinstance(edit, AdapterTerm):
+    edit = [edit]
+  edit = list(edit)
+  if not edit or not all(isinstance(t, AdapterTerm) for t in edit):
+    raise TypeError("edit must be a Descriptor or a non-empty sequence of AdapterTerm")
+  if probes is not None or G is not None:
+    raise ValueError("probes and G go inside each AdapterTerm; pass them only with a Descriptor")
+  return edit
+
+
+def adapter_loss(module, consts, batch):
+  """METHOD's loss over one mini-batch per term; aux: per-term relative squared errors.
+
+  consts["terms"][l]: G (C, d), n, norm2; batch[l]: x (b, 3, H, W), A_pre (b, C), T (b, C).
+  All terms' probes go through the tower in one forward pass.
+  """
+  Z = train.normalize_rows(module.encode_image(jnp.concatenate([b["x"] for b in batch])))
+  total, errs, off = 0.0, [], 0
+  for c, b in zip(consts["terms"], batch):
+    k = b["x"].shape[0]
+    A = Z[off:off + k] @ c["G"].T
+    off += k
+    e = residual_loss(A, b["A_pre"], b["T"], c["n"] / (k * c["norm2"]))
+    errs.append(e)
+    total = total + e
+  return total, jnp.stack(errs)
+
+
+def adapter_data(target: DualEncoder, terms: Sequence[AdapterTerm]) -> tuple[dict, list[dict]]:
+  """(consts, items) for ``adapter_loss``: per term G, n, ||U||^2 and probes, A_pre, s*U."""
+  consts, items = [], []
+  for t in terms:
+    x = train.check_images(target, t.probes, f"probes of term {t.name!r}")
+    G = train.check_G(target, t.G, f"G of term {t.name!r}")
+    consts.append({"G": G, "n": np.float32(t.U.shape[0]),
+                   "norm2": np.float32(np.sum(t.U.astype(np.float64) ** 2))})
+    items.append({"x": x, "A_pre": train.affinities(target, x, G), "T": t.coef * t.U})
+  return {"terms": consts}, items
+
+
+def adapter_training(target: DualEncoder, terms: Sequence[AdapterTerm],
+                     recipe: Recipe) -> tuple[DualEncoder, np.ndarray]:
+  """Fits all ``terms`` jointly; returns (model with unmerged adapter, losses (steps,))."""
+  train.check_no_adapter(target, "fit_adapter")
+  consts, items = adapter_data(target, terms)
+  return train.train_lora(target, adapter_loss, consts, items, recipe)
+
+
+def fit_adapter(target: DualEncoder, edit, probes: Mapping[str, Any] | None = None,
+                G: Mapping[str, Any] | None = None, *, rank: int = 16,
+                alpha: float | None = None, targets: Sequence[str] | None = None,
+                steps: int = 500, lr: float = 1e-3, batch: int = 64, warmup: int | None = None,
+                weight_decay: float = 0.0, seed: int = 0, merge: bool = True) -> DualEncoder:
+  """Realization 2: the target with a LoRA fitted to reproduce ``edit``; ``target`` unchanged.
+
+  edit: a ``Descriptor`` (then ``probes = {task: (probe_ids, images (n, 3, H, W))}`` and
+  ``G = {task: (C, d)}``, checked against each term's grid) or a sequence of ``AdapterTerm``.
+  ``batch`` probes of every term per step. Returns the merged model (a plain model of the same
+  architecture) or, if not ``merge``, the model with the adapter attached.
+  """
+  terms = as_terms(edit, probes, G)
+  recipe = Recipe(rank=rank, alpha=alpha, targets=targets, steps=steps, lr=lr, batch=batch,
+                  warmup=warmup, weight_decay=weight_decay, seed=seed)
+  out, _ = adapter_training(target, terms, recipe)
+  return train.finish(out, merge)
+
+
+def reproduction_errors(model: DualEncoder, pre: DualEncoder, edit, probes=None,
+                        G=None) -> np.ndarray:
+  """Per term, ``||(A_model - A_pre) @ H_C - s U||_F / ||s U||_F`` on all the grid's probes.
+
+  ``pre`` is the unedited target; 1.0 means nothing of the term is reproduced, 0 all of it.
+  Returns (L,) float64 in the order of the terms.
+  """
+  terms = as_terms(edit, probes, G)
+  errs = []
+  for t in terms:
+    A = train.affinities(model, t.probes, t.G).astype(np.float64)
+    A0 = train.affinities(pre, t.probes, t.G).astype(np.float64)
+    dA = A - A0
+    R = dA - dA.mean(axis=1, keepdims=True) - t.coef * t.U
+    errs.append(np.linalg.norm(R) / np.linalg.norm(t.coef * t.U.astype(np.float64)))
+  return np.asarray(errs)

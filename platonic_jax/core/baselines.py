@@ -1,0 +1,220 @@
+"""Baselines (METHOD "Baselines and controls") sharing the adapter's recipe except the loss.
+
+* ``weight_space_arithmetic``: ``theta_pre + sum_k lam_k tau_k`` from the merged LoRA deltas of
+  fine-tunes of the *same* model (a different model is an error, not a guess).
+* ``affinity_distillation``: the adapter loss against the source's fine-tuned affinities,
+  ``sum_l ||A_theta H_C - A_ft H_C||_F^2 / ||A_ft H_C||_F^2`` (the change ``A_theta - A_pre``
+  replaced by the absolute affinity; centred like the adapter, since a row-constant shift
+  never changes a prediction).
+* ``posterior_distillation``: ``sum_l mean_rows KL(softmax(s A_ft) || softmax(s A_theta + b))``
+  with the *target's* logit scale ``s = exp(logit_scale)`` (and bias ``b``) on both sides.
+* ``gradient_ascent_negation``: ascend the labeled cross-entropy for a fixed budget of steps.
+
+Every learned baseline uses a fresh LoRA (default rank 16 on the vision q/v), AdamW with
+warm-up + cosine decay, ``batch`` probes per term and step, and returns the model merged or
+not by choice; the input model is never changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from platonic_jax.core import adapter, lora, train
+from platonic_jax.core.train import Recipe
+from platonic_jax.models.dual_encoder import DualEncoder
+
+
+# ----------------------------------------------------------------------------------------------
+# Weight-space task arithmetic.
+
+
+def _param_shapes(model: DualEncoder) -> dict[str, tuple]:
+  state = nnx.state(model.module, nnx.Param)
+  flat = jax.tree_util.tree_flatten_with_path(state.to_pure_dict())[0]
+  return {".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in p): tuple(v.shape)
+          for p, v in flat if "lora_" not in str(p[-1])}
+
+
+def weight_space_arithmetic(pre: DualEncoder, finetuned: Sequence[Any],
+                            lam: float = 0.5) -> DualEncoder:
+  """``theta_pre + sum_k lam_k tau_k``: a plain (merged) model; ``pre`` unchanged.
+
+  finetuned: fine-tunes of ``pre`` carrying their unmerged LoRA adapters, each either a model
+  (weight ``lam``) or a pair ``(model, lam_k)`` (negative for negation). ``tau_k`` is the
+  fine-tune's merged delta ``scale * A @ B`` per adapted layer.
+  Raises ValueError when a fine-tune has another architecture (parameter names or shapes) or
+  was fine-tuned from other weights than ``pre`` (base fingerprint), or carries no adapter.
+  """
+  train.check_no_adapter(pre, "weight_space_arithmetic (pre)")
+  pairs = [f if isinstance(f, tuple) else (f, lam) for f in finetuned]
+  if not pairs:
+    raise ValueError("weight_space_arithmetic needs at least one fine-tuned model")
+  pre_shapes = _param_shapes(pre)
+  pre_fp = pre.fingerprint()
+  deltas: dict[str, jax.Array] = {}
+  for ft, coef in pairs:
+    if not isinstance(ft, DualEncoder):
+      raise TypeError(f"expected DualEncoder fine-tunes, got {type(ft).__name__}")
+    if ft.family.name != pre.family.name:
+      raise ValueError(f"cannot add a task vector of {ft.name!r} (family {ft.family.name}) to "
+                       f"{pre.name!r} (family {pre.family.name}): different architectures")
+    shapes = _param_shapes(ft)
+    if shapes != pre_shapes:
+      diff = sorted(set(shapes.items()) ^ set(pre_shapes.items()))[:4]
+      raise ValueError(f"cannot add a task vector of {ft.name!r} to {pre.name!r}: different "
+                       f"architectures (parameters differ: {diff})")
+    if not lora.adapted(ft.module):
+      raise ValueError(f"fine-tune {ft.name!r} carries no unmerged LoRA adapter; keep the "
+                       "adapter (finetune_source(..., merge=False)) to take its task vector")
+    fp = train.base_fingerprint(ft)
+    if fp != pre_fp:
+      raise ValueError(f"{ft.name!r} was fine-tuned from other weights than {pre.name!r} "
+                       f"(base fingerprint {fp[:16]} vs {pre_fp[:16]}); weight-space arithmetic "
+                       "is defined only between fine-tunes of the same model")
+    for p, d in lora.task_vector(ft.module).items():
+      deltas[p] = deltas[p] + coef * d if p in deltas else coef * d
+  out = pre.clone()
+  lora.add_delta(out.module, deltas)
+  return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Distillation baselines.
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DistillTerm:
+  """A grid with the source's fine-tuned affinities to distil.
+
+  probes: (n, 3, H, W) preprocessed for the target; G: (C, d) the target's class embeddings;
+  A_ft: (n, C) the fine-tuned source's affinities on the same grid (its own G); name.
+  """
+  probes: Any
+  G: Any
+  A_ft: Any
+  name: str = "term"
+
+  def __post_init__(self):
+    A = np.asarray(self.A_ft, np.float32)
+    probes, G = np.asarray(self.probes), np.asarray(self.G)
+    if A.ndim != 2 or probes.ndim != 4 or probes.shape[0] != A.shape[0]:
+      raise ValueError(f"term {self.name!r}: A_ft (n, C) has shape {A.shape}, probes "
+                       f"{probes.shape}: the row counts must match (the same grid)")
+    if G.ndim != 2 or G.shape[0] != A.shape[1]:
+      raise ValueError(f"term {self.name!r}: A_ft has C={A.shape[1]} classes, G has shape "
+                       f"{G.shape}")
+    if not np.all(np.isfinite(A)):
+      raise ValueError(f"term {self.name!r}: A_ft contains NaN or inf")
+    object.__setattr__(self, "A_ft", A)
+    object.__setattr__(self, "probes", probes)
+    object.__setattr__(self, "G", G)
+
+
+def _terms(terms) -> list[DistillTerm]:
+  terms = [terms] if isinstance(terms, DistillTerm) else list(terms)
+  if not terms or not all(isinstance(t, DistillTerm) for t in terms):
+    raise TypeError("terms must be a non-empty sequence of DistillTerm")
+  return terms
+
+
+def _distill_data(target: DualEncoder, terms: Sequence[DistillTerm],
+                  kind: str) -> tuple[dict, list[dict]]:
+  """(consts, items) for one distillation loss.
+
+  ``kind="affinity"``: shaped like the adapter's data, since affinity distillation *is* the
+  adapter loss with ``A_pre = 0`` and target ``A_ft @ H_C`` (``||(A_theta - 0) H_C -
+  A_ft H_C||^2 / ||A_ft H_C||^2``) and so shares its compiled step. ``kind="posterior"``:
+  G per term; probes and ``A_ft`` per probe.
+  """
+  consts, items = [], []
+  for t in terms:
+    x = train.check_images(target, t.probes, f"probes of term {t.name!r}")
+    G = train.check_G(target, t.G, f"G of term {t.name!r}")
+    if kind == "posterior":
+      consts.append({"G": G})
+      items.append({"x": x, "A_ft": t.A_ft})
+      continue
+    Tc = t.A_ft - t.A_ft.mean(axis=1, keepdims=True)
+    consts.append({"G": G, "n": np.float32(t.A_ft.shape[0]),
+                   "norm2": np.float32(np.sum(Tc.astype(np.float64) ** 2))})
+    items.append({"x": x, "A_pre": np.zeros_like(t.A_ft), "T": Tc})
+  return {"terms": consts}, items
+
+
+def posterior_kl(teacher_logits: jax.Array, student_logits: jax.Array) -> jax.Array:
+  """Mean over rows of ``KL(softmax(teacher) || softmax(student))``: (b, C), (b, C) -> ()."""
+  logp = jax.nn.log_softmax(teacher_logits, axis=-1)
+  logq = jax.nn.log_softmax(student_logits, axis=-1)
+  return jnp.mean(jnp.sum(jnp.exp(logp) * (logp - logq), axis=-1))
+
+
+def _posterior_distill_loss(module, consts, batch):
+  Z = train.normalize_rows(module.encode_image(jnp.concatenate([b["x"] for b in batch])))
+  errs, off = [], 0
+  for c, b in zip(consts["terms"], batch):
+    k = b["x"].shape[0]
+    student = train.head_logits(module, Z[off:off + k] @ c["G"].T)
+    off += k
+    errs.append(posterior_kl(consts["teacher_scale"] * b["A_ft"], student))
+  errs = jnp.stack(errs)
+  return jnp.sum(errs), errs
+
+
+def _recipe(rank, alpha, targets, steps, lr, batch, warmup, weight_decay, seed) -> Recipe:
+  return Recipe(rank=rank, alpha=alpha, targets=targets, steps=steps, lr=lr, batch=batch,
+                warmup=warmup, weight_decay=weight_decay, seed=seed)
+
+
+def affinity_distillation(target: DualEncoder, terms: Sequence[DistillTerm], *, rank: int = 16,
+                          alpha: float | None = None, targets: Sequence[str] | None = None,
+                          steps: int = 500, lr: float = 1e-3, batch: int = 64,
+                          warmup: int | None = None, weight_decay: float = 0.0, seed: int = 0,
+                          merge: bool = True) -> DualEncoder:
+  """Adapter recipe with loss ``sum_l ||(A_theta - A_ft) H_C||^2 / ||A_ft H_C||^2``."""
+  terms = _terms(terms)
+  train.check_no_adapter(target, "affinity_distillation")
+  recipe = _recipe(rank, alpha, targets, steps, lr, batch, warmup, weight_decay, seed)
+  consts, items = _distill_data(target, terms, "affinity")
+  out, _ = train.train_lora(target, adapter.adapter_loss, consts, items, recipe)
+  return train.finish(out, merge)
+
+
+def posterior_distillation(target: DualEncoder, terms: Sequence[DistillTerm], *,
+                           teacher_scale: float | None = None, rank: int = 16,
+                           alpha: float | None = None, targets: Sequence[str] | None = None,
+                           steps: int = 500, lr: float = 1e-3, batch: int = 64,
+                           warmup: int | None = None, weight_decay: float = 0.0, seed: int = 0,
+                           merge: bool = True) -> DualEncoder:
+  """Adapter recipe with loss ``sum_l mean KL(softmax(s A_ft) || softmax(s A_theta + b))``.
+
+  ``s`` is the target's ``exp(logit_scale)`` (the teacher's too unless ``teacher_scale``).
+  """
+  terms = _terms(terms)
+  train.check_no_adapter(target, "posterior_distillation")
+  recipe = _recipe(rank, alpha, targets, steps, lr, batch, warmup, weight_decay, seed)
+  consts, items = _distill_data(target, terms, "posterior")
+  s = float(np.exp(np.asarray(target.module.logit_scale[...])))
+  consts["teacher_scale"] = np.float32(s if teacher_scale is None else teacher_scale)
+  out, _ = train.train_lora(target, _posterior_distill_loss, consts, items, recipe)
+  return train.finish(out, merge)
+
+
+def gradient_ascent_negation(model: DualEncoder, images, labels, G, *, steps: int = 100,
+                             rank: int = 16, alpha: float | None = None,
+                             targets: Sequence[str] | None = None, lr: float = 1e-3,
+                             batch: int = 64, warmup: int | None = None,
+                             weight_decay: float = 0.0, seed: int = 0,
+                             merge: bool = True) -> DualEncoder:
+  """Negation by ascending the task's labeled cross-entropy for exactly ``steps`` steps.
+
+  images (N, 3, H, W), labels (N,) in [0, C), G (C, d): the task's labeled train split.
+  """
+  recipe = _recipe(rank, alpha, targets, steps, lr, batch, warmup, weight_decay, seed)
+  out, _ = train.labeled_training(model, images, labels, G, recipe, ascend=True)
+  return train.finish(out, merge)

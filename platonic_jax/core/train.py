@@ -1,0 +1,419 @@
+"""LoRA training on a dual encoder's vision tower: the shared trainer and the labeled sources.
+
+Every recipe here (source fine-tunes, the adapter realization, the distillation and
+gradient-ascent baselines) is the same loop: clone the model, attach a fresh LoRA to the
+target layers (default: the family's vision q/v), split it out, and run one jitted AdamW step
+(warm-up + cosine decay) per mini-batch; only the loss differs. Mini-batches are gathered on the
+host from a seeded index plan (one epoch-wise permutation stream per data set), so only
+mini-batches reach the device and the same seed gives bit-identical adapters.
+
+A *source* (METHOD "Sources") is a rank-4 LoRA trained with cross-entropy on the frozen
+zero-shot head: ``logits = exp(logit_scale) * A + logit_bias`` (bias where the family has
+one), ``A = Zhat @ Ghat.T``.
+
+Shapes: images ``(N, 3, H, W)`` preprocessed, labels ``(N,)`` int, class embeddings
+``G (C, d)`` (L2-normalised here again, so any positive row scale is harmless).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import shutil
+import tempfile
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from platonic_jax.core import lora
+from platonic_jax.models.dual_encoder import DualEncoder
+
+ADAPTER_FORMAT = "platonic_jax.lora_adapter/1"
+
+
+# ----------------------------------------------------------------------------------------------
+# Pure pieces.
+
+
+def normalize_rows(x: jax.Array) -> jax.Array:
+  """``x (..., d) -> x / ||x||`` row-wise."""
+  return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def image_affinity(module: nnx.Module, pixels: jax.Array, G: jax.Array) -> jax.Array:
+  """Cosine affinity ``A = Zhat @ Ghat.T`` of images to classes: pixels (b, 3, H, W),
+  G (C, d) normalised -> (b, C)."""
+  return normalize_rows(module.encode_image(pixels)) @ G.T
+
+
+def head_logits(module: nnx.Module, A: jax.Array) -> jax.Array:
+  """The zero-shot head's logits ``exp(logit_scale) * A + logit_bias``: A (b, C) -> (b, C)."""
+  logits = jnp.exp(module.logit_scale[...]) * A
+  if getattr(module, "logit_bias", None) is not None:
+    logits = logits + module.logit_bias[...]
+  return logits
+
+
+def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
+  """Mean softmax cross-entropy: logits (b, C), labels (b,) int -> ()."""
+  return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, labels))
+
+
+def schedule(lr: float, steps: int, warmup: int) -> optax.Schedule:
+  """Linear warm-up from 0 to ``lr`` over ``warmup`` steps, then cosine decay to 0."""
+  return optax.warmup_cosine_decay_schedule(0.0, lr, warmup, steps, end_value=0.0)
+
+
+def batch_plan(sizes: Sequence[int], batch: int, steps: int, seed: int) -> list[np.ndarray]:
+  """Per data set of ``n_i`` items, the ``(steps, min(batch, n_i))`` int32 indices.
+
+  Each data set walks through fresh seeded permutations (epochs) without replacement.
+  """
+  plans = []
+  for i, n in enumerate(sizes):
+    b = min(batch, n)
+    rng = np.random.default_rng([seed, i])
+    epochs = -(-steps * b // n)
+    stream = np.concatenate([rng.permutation(n) for _ in range(epochs)])
+    plans.append(stream[:steps * b].reshape(steps, b).astype(np.int32))
+  return plans
+
+
+# ----------------------------------------------------------------------------------------------
+# The shared trainer.
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+  """LoRA training hyper-parameters shared by every recipe.
+
+  rank / alpha / scale: adapter rank and multiplier (``scale``, else ``alpha / rank``, else 1).
+  targets: glob patterns of adapted layers (None: the family's ``lora_targets``).
+  steps, lr, batch (per data set and step), warmup (steps; None: ``steps // 10``),
+  weight_decay (AdamW), seed (adapter init and batch order).
+  """
+  rank: int = 16
+  alpha: float | None = None
+  scale: float | None = None
+  targets: tuple[str, ...] | None = None
+  steps: int = 500
+  lr: float = 1e-3
+  batch: int = 64
+  warmup: int | None = None
+  weight_decay: float = 0.0
+  seed: int = 0
+
+  def __post_init__(self):
+    if self.steps < 1:
+      raise ValueError(f"steps must be >= 1, got {self.steps}")
+    if self.batch < 1:
+      raise ValueError(f"batch must be >= 1, got {self.batch}")
+    if not self.lr > 0:
+      raise ValueError(f"lr must be > 0, got {self.lr}")
+    if self.warmup is not None and not 0 <= self.warmup < self.steps:
+      raise ValueError(f"warmup must be in [0, steps={self.steps}), got {self.warmup}")
+    if self.targets is not None:
+      object.__setattr__(self, "targets", tuple(self.targets))
+
+  @property
+  def warmup_steps(self) -> int:
+    return self.steps // 10 if self.warmup is None else self.warmup
+
+  def learning_rates(self) -> np.ndarray:
+    """``(steps,)`` float32: warm-up + cosine decay, the learning rate of every step."""
+    sched = schedule(self.lr, self.steps, self.warmup_steps)
+    return np.asarray(sched(jnp.arange(self.steps)), np.float32)
+
+
+def check_no_adapter(model: DualEncoder, what: str) -> None:
+  busy = tuple(lora.adapted(model.module))
+  if busy:
+    raise ValueError(f"{what}: model {model.name!r} already carries a LoRA adapter on "
+                     f"{len(busy)} layers ({busy[0]}, ...); merge it (lora.merge) or start from "
+                     "the pre-trained model")
+
+
+def _check_items(items: Sequence[dict]) -> list[int]:
+  sizes = []
+  for i, arrays in enumerate(items):
+    ns = {k: np.shape(v)[0] for k, v in arrays.items()}
+    if len(set(ns.values())) != 1:
+      raise ValueError(f"data set {i}: arrays have different leading sizes {ns}")
+    sizes.append(next(iter(ns.values())))
+  return sizes
+
+
+def train_lora(model: DualEncoder, loss_fn: lora.LossFn, consts: Any, items: Sequence[dict],
+               recipe: Recipe) -> tuple[DualEncoder, np.ndarray]:
+  """Trains a fresh LoRA on a clone of ``model``; ``model`` itself is never changed.
+
+  items: one dict per data set of host arrays sharing a leading size ``n_i`` (images, labels,
+  per-probe targets); each step gathers ``min(batch, n_i)`` rows of each on the host (seeded
+  ``batch_plan``) and passes them as ``batch``, a tuple of dicts, so only mini-batches ever
+  reach the device. consts: a pytree of arrays every step reads, put on the device once.
+  ``loss_fn(module, consts, batch) -> (loss (), aux)``. Returns the model with its adapter
+  attached (unmerged) and the per-step losses ``(steps,)``.
+  """
+  check_no_adapter(model, "train_lora")
+  items = [dict(d) for d in items]
+  sizes = _check_items(items)
+  out = model.clone()
+  lora.attach(out.module, recipe.targets, rank=recipe.rank, alpha=recipe.alpha,
+              scale=recipe.scale, rngs=nnx.Rngs(params=recipe.seed))
+  graphdef, lora_state, frozen = lora.split(out.module)
+  opt_state = lora.OPTIMIZER.init(lora_state)
+  step = lora.make_train_step(graphdef, loss_fn)
+  consts = jax.tree.map(jnp.asarray, consts)
+  plans = batch_plan(sizes, recipe.batch, recipe.steps, recipe.seed)
+  lrs = recipe.learning_rates()
+  wd = np.float32(recipe.weight_decay)
+  losses = []
+  for t in range(recipe.steps):
+    # Dispatch is asynchronous: the host gathers step t+1's rows while the device runs step t.
+    batch = tuple({k: v[plan[t]] for k, v in arrays.items()} for arrays, plan in zip(items, plans))
+    lora_state, opt_state, loss, _ = step(lora_state, opt_state, frozen, consts, batch, lrs[t], wd)
+    losses.append(loss)
+  nnx.update(out.module, lora_state)
+  losses = np.asarray(jax.device_get(jnp.stack(losses)))
+  if not np.all(np.isfinite(losses)):
+    raise FloatingPointError(f"LoRA training diverged (first non-finite loss at step "
+                             f"{int(np.argmin(np.isfinite(losses)))}); lower lr={recipe.lr}")
+  return out, losses
+
+
+def finish(model: DualEncoder, merge: bool) -> DualEncoder:
+  """Folds the adapter into the base weights when ``merge`` (in place); returns ``model``."""
+  if merge:
+    lora.merge(model.module)
+  return model
+
+
+# ----------------------------------------------------------------------------------------------
+# Batched affinities (no training).
+
+
+@functools.lru_cache(maxsize=32)
+def _affinity_fn(graphdef):
+  @jax.jit
+  def fn(state, pixels, G):
+    return image_affinity(nnx.merge(graphdef, state), pixels, G)
+  return fn
+
+
+def affinities(model: DualEncoder, images, G, *, batch: int = 64) -> np.ndarray:
+  """``A = Zhat @ Ghat.T`` (n, C) float32 for images (n, 3, H, W) and class embeddings G (C, d).
+
+  Every chunk is padded to one bucket (``batch``, or the power of two >= n when n is
+  smaller), so calls compile once per (model graph, bucket).
+  """
+  images = check_images(model, images)
+  G = check_G(model, G)
+  graphdef, state = nnx.split(model.module)
+  fn = _affinity_fn(graphdef)
+  n = images.shape[0]
+  bucket = min(batch, 1 << (n - 1).bit_length())
+  outs = []
+  for s in range(0, n, bucket):
+    part = images[s:s + bucket]
+    k = part.shape[0]
+    if k < bucket:
+      part = np.concatenate([part, np.zeros((bucket - k,) + part.shape[1:], part.dtype)])
+    outs.append(np.asarray(fn(state, jnp.asarray(part), G))[:k])
+  return np.concatenate(outs)
+
+
+def check_images(model: DualEncoder, images, what: str = "images") -> np.ndarray:
+  """Validates a preprocessed image array ``(n, 3, H, W)`` for ``model``; returns float32."""
+  images = np.asarray(images)
+  want = model.image_shape
+  if images.ndim != 4 or images.shape[1:] != want or images.shape[0] == 0:
+    raise ValueError(f"{what} must be a non-empty array (n, {want[0]}, {want[1]}, {want[2]}) "
+                     f"for model {model.name!r}, got shape {images.shape}")
+  if not np.issubdtype(images.dtype, np.floating):
+    raise ValueError(f"{what} must be floating point (preprocessed), got {images.dtype}")
+  return images.astype(np.float32, copy=False)
+
+
+def check_G(model: DualEncoder, G, what: str = "G") -> jax.Array:
+  """Validates class embeddings ``(C, d)`` against the model's embedding width; normalises."""
+  G = np.asarray(G, np.float32)
+  d = embedding_width(model)
+  if G.ndim != 2 or G.shape[1] != d or G.shape[0] < 2:
+    raise ValueError(f"{what} must be class embeddings (C >= 2, d={d}) of the model's text "
+                     f"tower, got shape {G.shape}")
+  if not np.all(np.isfinite(G)) or np.any(np.linalg.norm(G, axis=1) == 0):
+    raise ValueError(f"{what} has non-finite or zero rows")
+  return normalize_rows(jnp.asarray(G))
+
+
+def embedding_width(model: DualEncoder) -> int:
+  """Width ``d`` of ``encode_image``'s output (from the spec, else by abstract evaluation)."""
+  d = getattr(model.module.spec, "projection_dim", None)
+  if d is None:
+    graphdef, state = nnx.split(model.module)
+    out = jax.eval_shape(lambda st, x: nnx.merge(graphdef, st).encode_image(x), state,
+                         jax.ShapeDtypeStruct((1,) + model.image_shape, jnp.float32))
+    d = out.shape[-1]
+  return int(d)
+
+
+def check_labels(labels, n: int, C: int) -> np.ndarray:
+  labels = np.asarray(labels)
+  if labels.shape != (n,) or not np.issubdtype(labels.dtype, np.integer):
+    raise ValueError(f"labels must be int of shape ({n},), got {labels.dtype} {labels.shape}")
+  if labels.min() < 0 or labels.max() >= C:
+    raise ValueError(f"labels must lie in [0, C={C}), got range [{labels.min()}, {labels.max()}]")
+  return labels.astype(np.int32)
+
+
+# ----------------------------------------------------------------------------------------------
+# Labeled recipes: source fine-tune and gradient ascent.
+
+
+def _ce_loss(module, consts, batch):
+  """``sign * CE`` of the zero-shot head on one mini-batch (sign -1: gradient ascent)."""
+  (b,) = batch
+  logits = head_logits(module, image_affinity(module, b["x"], consts["G"]))
+  ce = cross_entropy(logits, b["y"])
+  return consts["sign"] * ce, ce
+
+
+def labeled_training(model: DualEncoder, images, labels, G, recipe: Recipe, *,
+                     ascend: bool = False) -> tuple[DualEncoder, np.ndarray]:
+  """Cross-entropy on the frozen zero-shot head (descended, or ascended when ``ascend``).
+
+  images (N, 3, H, W), labels (N,), G (C, d). Returns (model with unmerged adapter, losses).
+  """
+  images = check_images(model, images)
+  G = check_G(model, G)
+  labels = check_labels(labels, images.shape[0], G.shape[0])
+  consts = {"G": G, "sign": np.float32(-1.0 if ascend else 1.0)}
+  return train_lora(model, _ce_loss, consts, [{"x": images, "y": labels}], recipe)
+
+
+def finetune_source(model: DualEncoder, images, labels, G, *, rank: int = 4,
+                    alpha: float | None = None, targets: Sequence[str] | None = None,
+                    steps: int = 1000, lr: float = 1e-3, batch: int = 64,
+                    warmup: int | None = None, weight_decay: float = 1e-4, seed: int = 0,
+                    merge: bool = False) -> DualEncoder:
+  """A labeled source fine-tune (METHOD "Sources"); ``model`` is not changed.
+
+  Rank-``rank`` LoRA on ``targets`` (default the family's vision q/v), cross-entropy of
+  ``exp(logit_scale) * A + logit_bias`` against ``labels``, AdamW with warm-up + cosine decay.
+  images (N, 3, H, W) preprocessed, labels (N,) in [0, C), G (C, d) the frozen text head.
+  Returns the fine-tuned model: adapter kept unmerged (for ``save_adapter``, task vectors and
+  weight-space arithmetic) unless ``merge``.
+  """
+  recipe = Recipe(rank=rank, alpha=alpha, targets=targets, steps=steps, lr=lr, batch=batch,
+                  warmup=warmup, weight_decay=weight_decay, seed=seed)
+  out, _ = labeled_training(model, images, labels, G, recipe)
+  return finish(out, merge)
+
+
+def accuracy(model: DualEncoder, images, labels, G, *, batch: int = 64) -> float:
+  """Top-1 zero-shot accuracy of ``argmax_c A(x, c)``: images (N, 3, H, W), labels (N,)."""
+  A = affinities(model, images, G, batch=batch)
+  labels = check_labels(labels, A.shape[0], A.shape[1])
+  return float(np.mean(np.argmax(A, axis=1) == labels))
+
+
+def head_loss(model: DualEncoder, images, labels, G, *, batch: int = 64) -> float:
+  """Mean cross-entropy of the zero-shot head on labeled images (the sources' loss)."""
+  A = jnp.asarray(affinities(model, images, G, batch=batch))
+  labels = check_labels(labels, A.shape[0], A.shape[1])
+  return float(cross_entropy(head_logits(model.module, A), jnp.asarray(labels)))
+
+
+# ----------------------------------------------------------------------------------------------
+# Orbax checkpoints of an adapter.
+
+
+def base_fingerprint(model: DualEncoder) -> str:
+  """The fingerprint of ``model`` with any unmerged adapter removed (its base weights)."""
+  if not lora.adapted(model.module):
+    return model.fingerprint()
+  base = model.clone()
+  lora.detach(base.module)
+  return base.fingerprint()
+
+
+def save_adapter(path: str | os.PathLike, model: DualEncoder, *, overwrite: bool = False) -> str:
+  """Writes the model's unmerged adapter as an Orbax checkpoint directory at ``path``.
+
+  Arrays: ``a`` / ``b`` lists (one ``(in, r)`` / ``(r, out)`` pair per layer); JSON metadata:
+  layer paths, scales, and the fingerprint of the base model it was trained on. Atomic: the
+  checkpoint is written into a temporary sibling directory and renamed into place (an
+  existing one is swapped out only once the new one is complete), so a failed save leaves
+  nothing and never a half-written ``path``. Raises ValueError when the model has no
+  adapter, FileExistsError when ``path`` exists and not ``overwrite``.
+  """
+  import orbax.checkpoint as ocp
+  path = os.path.abspath(os.fspath(path))
+  ads = lora.adapters(model.module)
+  if not ads:
+    raise ValueError(f"model {model.name!r} carries no unmerged LoRA adapter to save")
+  if os.path.exists(path) and not overwrite:
+    raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
+  arrays = {"a": [np.asarray(ad.a) for ad in ads.values()],
+            "b": [np.asarray(ad.b) for ad in ads.values()]}
+  meta = {"format": ADAPTER_FORMAT, "paths": list(ads), "scales": [ad.scale for ad in ads.values()],
+          "ranks": [int(ad.a.shape[1]) for ad in ads.values()], "family": model.family.name,
+          "base_model": model.name, "base_fingerprint": base_fingerprint(model)}
+  parent = os.path.dirname(path)
+  os.makedirs(parent, exist_ok=True)
+  tmp = tempfile.mkdtemp(prefix=".tmp-adapter-", dir=parent)
+  staged = os.path.join(tmp, "adapter")
+  try:
+    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
+      ckptr.save(staged, ocp.args.Composite(arrays=ocp.args.StandardSave(arrays),
+                                            meta=ocp.args.JsonSave(meta)))
+    if os.path.exists(path):
+      old = os.path.join(tmp, "old")
+      os.replace(path, old)
+    os.replace(staged, path)
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+  return path
+
+
+def load_adapter(path: str | os.PathLike, model: DualEncoder) -> DualEncoder:
+  """A clone of ``model`` with the adapter saved at ``path`` attached (unmerged).
+
+  Raises ValueError if ``model`` already carries an adapter, or is not the base model the
+  adapter was trained on (fingerprint mismatch), or the checkpoint is not an adapter.
+  """
+  import orbax.checkpoint as ocp
+  path = os.path.abspath(os.fspath(path))
+  if not os.path.isdir(path):
+    raise FileNotFoundError(f"no adapter checkpoint at {path}")
+  check_no_adapter(model, "load_adapter")
+  with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
+    meta = ckptr.restore(path, ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    if not isinstance(meta, dict) or meta.get("format") != ADAPTER_FORMAT:
+      raise ValueError(f"{path} is not a LoRA adapter checkpoint")
+    fp = model.fingerprint()
+    if meta["base_fingerprint"] != fp:
+      raise ValueError(f"adapter at {path} was trained on {meta['base_model']!r} "
+                       f"(fingerprint {meta['base_fingerprint'][:16]}), not on {model.name!r} "
+                       f"({fp[:16]})")
+    layers = lora.linear_layers(model.module)
+    missing = [p for p in meta["paths"] if p not in layers]
+    if missing:
+      raise ValueError(f"adapter at {path} targets layers the model lacks: {missing[:4]}")
+    abstract = {
+        "a": [jax.ShapeDtypeStruct((layers[p].in_features, r), jnp.float32)
+              for p, r in zip(meta["paths"], meta["ranks"])],
+        "b": [jax.ShapeDtypeStruct((r, layers[p].out_features), jnp.float32)
+              for p, r in zip(meta["paths"], meta["ranks"])]}
+    arrays = ckptr.restore(path, ocp.args.Composite(
+        arrays=ocp.args.StandardRestore(abstract)))["arrays"]
+  out = model.clone()
+  ads = {p: lora.Adapter(jnp.asarray(a), jnp.asarray(b), float(s))
+         for p, a, b, s in zip(meta["paths"], arrays["a"], arrays["b"], meta["scales"])}
+  lora.install(out.module, ads)
+  return out

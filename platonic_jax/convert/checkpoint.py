@@ -1,8 +1,10 @@
 """Reading and writing Hugging Face checkpoint directories, without torch.
 
 A checkpoint directory holds ``config.json`` and either ``model.safetensors`` or a sharded
-``model.safetensors.index.json`` plus its shards. A hub id is resolved through
-huggingface_hub's cache only (``local_files_only=True``): this project never downloads.
+``model.safetensors.index.json`` plus its shards; or, in open_clip's layout,
+``open_clip_config.json`` and ``open_clip_model.safetensors`` (read when there is no
+``config.json``). A hub id is resolved through huggingface_hub's cache only
+(``local_files_only=True``): this project never downloads.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import numpy as np
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 CONFIG = "config.json"
+OPEN_CLIP_CONFIG = "open_clip_config.json"
+OPEN_CLIP_SAFETENSORS = "open_clip_model.safetensors"
 
 
 class CheckpointError(ValueError):
@@ -44,10 +48,32 @@ def resolve(name_or_path: str) -> str:
         f"cache or the directory here") from None
 
 
+def is_open_clip(directory: str) -> bool:
+  """True for open_clip's layout: ``open_clip_config.json`` and no ``config.json``."""
+  return (not os.path.isfile(os.path.join(directory, CONFIG)) and
+          os.path.isfile(os.path.join(directory, OPEN_CLIP_CONFIG)))
+
+
+def open_clip_model_type(config: dict) -> str:
+  """open_clip configs name no model type; one is synthesised from the vision tower:
+  "eva02_clip" for a timm EVA trunk (``vision_cfg.timm_model_name`` "eva*"), else "open_clip"
+  (which no family reads, so loading it names the supported types)."""
+  vision = (config.get("model_cfg") or {}).get("vision_cfg") or {}
+  return "eva02_clip" if str(vision.get("timm_model_name") or "").startswith("eva") else "open_clip"
+
+
 def read_config(directory: str) -> dict:
+  """``config.json``, or in open_clip's layout ``open_clip_config.json`` with a synthesised
+  ``model_type`` (see ``open_clip_model_type``)."""
+  if is_open_clip(directory):
+    with open(os.path.join(directory, OPEN_CLIP_CONFIG)) as f:
+      config = json.load(f)
+    if not isinstance(config.get("model_cfg"), dict):
+      raise CheckpointError(f"{OPEN_CLIP_CONFIG} in {directory} has no model_cfg")
+    return dict(config, model_type=open_clip_model_type(config))
   path = os.path.join(directory, CONFIG)
   if not os.path.isfile(path):
-    raise CheckpointError(f"no {CONFIG} in {directory}")
+    raise CheckpointError(f"no {CONFIG} (nor {OPEN_CLIP_CONFIG}) in {directory}")
   with open(path) as f:
     return json.load(f)
 
@@ -57,7 +83,13 @@ def read_tensors(directory: str) -> dict[str, np.ndarray]:
   from safetensors import safe_open
   single = os.path.join(directory, SAFETENSORS)
   index = os.path.join(directory, SAFETENSORS_INDEX)
-  if os.path.isfile(single):
+  if is_open_clip(directory):
+    single = os.path.join(directory, OPEN_CLIP_SAFETENSORS)
+    if not os.path.isfile(single):
+      raise CheckpointError(f"no {OPEN_CLIP_SAFETENSORS} in {directory} (only safetensors "
+                            "checkpoints are read, not open_clip_pytorch_model.bin)")
+    files = [single]
+  elif os.path.isfile(single):
     files = [single]
   elif os.path.isfile(index):
     with open(index) as f:
@@ -80,8 +112,10 @@ def read_tensors(directory: str) -> dict[str, np.ndarray]:
 
 
 def write_checkpoint(out_dir: str, config: Mapping, tensors: Mapping[str, np.ndarray],
-                     extra: Callable[[str], None] | None = None) -> str:
-  """Writes config.json + model.safetensors; ``extra(tmp_dir)`` may add files (tokenizer...).
+                     extra: Callable[[str], None] | None = None, *, config_name: str = CONFIG,
+                     weights_name: str = SAFETENSORS) -> str:
+  """Writes config.json + model.safetensors (or the given file names, e.g. open_clip's);
+  ``extra(tmp_dir)`` may add files (tokenizer...).
 
   Atomic: everything is written into a temporary sibling directory that replaces ``out_dir``
   only once complete, so a failure leaves nothing half-written.
@@ -93,10 +127,10 @@ def write_checkpoint(out_dir: str, config: Mapping, tensors: Mapping[str, np.nda
   os.makedirs(parent, exist_ok=True)
   tmp = tempfile.mkdtemp(prefix=".tmp-export-", dir=parent)
   try:
-    with open(os.path.join(tmp, CONFIG), "w") as f:
+    with open(os.path.join(tmp, config_name), "w") as f:
       json.dump(dict(config), f, indent=2, sort_keys=True)
     arrays = {k: jnp.asarray(np.array(v, order="C")) for k, v in tensors.items()}
-    save_file(arrays, os.path.join(tmp, SAFETENSORS), metadata={"format": "pt"})
+    save_file(arrays, os.path.join(tmp, weights_name), metadata={"format": "pt"})
     if extra is not None:
       extra(tmp)
     if os.path.isdir(out_dir):

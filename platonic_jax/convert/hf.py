@@ -57,6 +57,8 @@ def load_model(name_or_path: str, dtype=jnp.float32) -> DualEncoder:
   family = family_for_config(config)
   spec = family.spec_from_config(config)
   tensors = checkpoint.read_tensors(directory)
+  if family.check_checkpoint is not None:
+    family.check_checkpoint(spec, tensors)
   if family.hf_to_nnx_hook is not None:
     tensors = family.hf_to_nnx_hook(tensors)
   abstract = abstract_module(family, spec)
@@ -64,9 +66,11 @@ def load_model(name_or_path: str, dtype=jnp.float32) -> DualEncoder:
                           ignore=family.ignore, dtype=np.float32)
   module = module_from_flat(family, spec, flat)
   files = {}
+  preprocessor = ImagePreprocessor.from_dir(directory)
+  if preprocessor is None and family.preprocessor_from_config is not None:
+    preprocessor = family.preprocessor_from_config(config)
   return DualEncoder(module=module, config=config, family=family,
-                     tokenizer=load_tokenizer(directory),
-                     preprocessor=ImagePreprocessor.from_dir(directory),
+                     tokenizer=load_tokenizer(directory), preprocessor=preprocessor,
                      name=name_or_path, dtype=dtype, files=files)
 
 
@@ -86,8 +90,11 @@ def export_hf(model: DualEncoder, out_dir: str) -> str:
   """Writes config + safetensors (+ tokenizer and preprocessor files) in Hugging Face layout.
 
   The result loads with the family's transformers class (``CLIPModel.from_pretrained``) and
-  with ``load_model``. Atomic: a failure leaves no half-written directory.
+  with ``load_model``. Atomic: a failure leaves no half-written directory. A family with its
+  own layout (``Family.export_writer``: EVA-CLIP writes open_clip's) is written by it.
   """
+  if model.family.export_writer is not None:
+    return model.family.export_writer(model, out_dir)
   tensors = hf_tensors(model)
   config = dict(model.config)
   config["architectures"] = [model.family.hf_architecture]

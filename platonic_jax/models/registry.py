@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping
 
-from platonic_jax.models import clip, siglip, siglip2
+from platonic_jax.models import clip, eva, siglip, siglip2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +27,12 @@ class Family:
   or "max_length_unmasked" (to the maximum length, padding attended: SigLIP's text tower pools
   the last position and was trained that way).
   hf_architecture: the transformers class name written into exported configs.
+  check_checkpoint: optional ``(spec, {key: array}) -> None`` run on a checkpoint's tensors
+  before conversion, raising CheckpointError for what the key map would report less clearly.
+  preprocessor_from_config: optional ``config -> ImagePreprocessor | None``, used when the
+  directory has no ``preprocessor_config.json``.
+  export_writer: optional ``(DualEncoder, out_dir) -> out_dir`` that ``export_hf`` delegates to
+  for a family with its own on-disk layout; None writes Hugging Face's.
   """
   name: str
   model_types: tuple[str, ...]
@@ -41,6 +47,9 @@ class Family:
   nnx_to_hf_hook: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
   edit_kind: str = "affine"
   text_padding: str = "bucket"
+  check_checkpoint: Callable[[Any, Mapping[str, Any]], None] | None = None
+  preprocessor_from_config: Callable[[Mapping[str, Any]], Any] | None = None
+  export_writer: Callable[[Any, str], str] | None = None
 
 
 FAMILIES: dict[str, Family] = {}
@@ -96,6 +105,25 @@ SIGLIP2 = register(Family(
     renames=siglip.RENAMES,
     hf_to_nnx_hook=siglip.hf_to_nnx_scalars,
     nnx_to_hf_hook=siglip.nnx_to_hf_scalars,
+))
+
+
+# EVA-CLIP in open_clip's layout (open_clip_config.json + open_clip_model.safetensors; the loader
+# synthesises model_type "eva02_clip" for a timm EVA trunk): EVA02-B/L, EVA01-g.
+EVA02 = register(Family(
+    name="eva02",
+    model_types=("eva02_clip",),
+    spec_from_config=eva.EvaClipSpec.from_open_clip_config,
+    module=eva.EvaClipModel,
+    edit_point="visual.trunk.head",
+    lora_targets=("visual.trunk.blocks.*.attn.q_proj",
+                  "visual.trunk.blocks.*.attn.v_proj"),
+    hf_architecture="CustomTextCLIP",
+    hf_to_nnx_hook=eva.open_clip_to_nnx,
+    nnx_to_hf_hook=eva.nnx_to_open_clip,
+    check_checkpoint=eva.check_checkpoint,
+    preprocessor_from_config=eva.preprocessor_from_config,
+    export_writer=eva.export_open_clip,
 ))
 
 

@@ -1,4 +1,4 @@
-"""Embedding images and texts: one ``jax.jit`` per bucketed batch shape, batch sharded.
+"""Embedding images, audio and texts: one ``jax.jit`` per bucketed batch shape, batch sharded.
 
 Every batch (the final partial one included) is padded to the same bucketed shape, so a run
 compiles once per (model, batch size, input shape, dtype); the batch axis is split over every
@@ -20,7 +20,7 @@ from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.parallel import mesh as mesh_lib
 
 # Number of times an embedding function was traced (i.e. compiled); tests read it.
-TRACE_COUNT = {"image": 0, "text": 0}
+TRACE_COUNT = {"image": 0, "text": 0, "audio": 0}
 TEXT_BUCKET = 8
 
 
@@ -53,9 +53,17 @@ def _compiled(graphdef, kind: str, mesh, dtype_name: str, normalize: bool):
     z = module.encode_text(ids, mask)
     return l2_normalize(z) if normalize else z.astype(jnp.float32)
 
+  def audio_fn(state, features, is_longer):
+    TRACE_COUNT["audio"] += 1
+    module = nnx.merge(graphdef, state)
+    z = module.encode_audio(features.astype(dtype), is_longer)
+    return l2_normalize(z) if normalize else z.astype(jnp.float32)
+
   rep, sharded = mesh_lib.replicated(mesh), mesh_lib.batch_sharding(mesh)
   if kind == "image":
     return jax.jit(image_fn, in_shardings=(rep, sharded), out_shardings=sharded)
+  if kind == "audio":
+    return jax.jit(audio_fn, in_shardings=(rep, sharded, sharded), out_shardings=sharded)
   return jax.jit(text_fn, in_shardings=(rep, sharded, sharded), out_shardings=sharded)
 
 
@@ -89,6 +97,9 @@ def _run_batches(fn: Callable, state, arrays: Sequence[np.ndarray], n: int, batc
 
 
 def _prepare_images(model: DualEncoder, images) -> np.ndarray:
+  if getattr(model.module, "input_kind", "image") != "image":
+    raise ValueError(f"model {model.name!r} ({model.family.name}) embeds "
+                     f"{model.module.input_kind}, not images: use embed_audio")
   c, h, w = model.image_shape
   if isinstance(images, (list, tuple)):
     if not images:
@@ -170,6 +181,37 @@ def embed_texts(model: DualEncoder, texts: Sequence[str], *, batch_size: int = 2
   return _run_batches(fn, state, [ids, mask], len(texts), batch, mesh, progress, "texts")
 
 
+def embed_audio(model: DualEncoder, waveforms, sampling_rate: int, *, batch_size: int = 64,
+                mesh=None, normalize: bool = True, feature_extractor=None, seed: int = 0,
+                progress: bool | None = None) -> np.ndarray:
+  """Audio embeddings ``(n, d)`` float32, L2-normalised unless ``normalize=False``.
+
+  waveforms: mono audio at ``sampling_rate`` Hz (which must be the feature extractor's): a list
+  of 1-D arrays of any lengths, an array ``(n, L)``, or one waveform ``(L,)``. They become
+  ``input_features (n, C, T, F)`` and ``is_longer (n,)`` with ``feature_extractor`` (an
+  ``AudioFeatureExtractor``; default: the checkpoint's ``preprocessor_config.json``), the random
+  crops of long clips drawn from ``numpy.random.RandomState(seed)``, so a call is
+  deterministic. Batching as ``embed_images``: batch_size rounded up to a multiple of the
+  device count, the last partial batch padded, one compilation per run.
+  """
+  from platonic_jax.models import audio_features
+  if getattr(model.module, "input_kind", "image") != "audio":
+    raise ValueError(f"model {model.name!r} ({model.family.name}) has no audio tower; "
+                     "embed_audio takes CLAP models")
+  extractor = feature_extractor or audio_features.extractor_for(model)
+  audio_features.check_compatible(extractor, model.module.spec.audio)
+  feats = extractor(waveforms, sampling_rate, rng=np.random.RandomState(seed))
+  mesh = mesh or mesh_lib.data_mesh()
+  batch = _batch_size(batch_size, mesh)
+  graphdef, state = nnx.split(model.module)
+  state = _cast_state(state, model.dtype)
+  fn = _compiled(graphdef, "audio", mesh, jnp.dtype(model.dtype).name, normalize)
+  n = feats.input_features.shape[0]
+  progress = n > 20 * batch if progress is None else progress
+  return _run_batches(fn, state, [feats.input_features, feats.is_longer], n, batch, mesh,
+                      progress, "audio")
+
+
 def format_prompt(template, classname: str) -> str:
   return template(classname) if callable(template) else template.format(classname)
 
@@ -179,11 +221,26 @@ def class_embeddings(model: DualEncoder, classnames: Sequence[str], templates: S
   """The zero-shot head ``Ghat (C, d)``: per class, the mean of the normalised template
   embeddings, renormalised. Templates are ``str.format`` patterns with one ``{}`` or callables.
   """
-  classnames, templates = list(classnames), list(templates)
-  if not classnames:
-    raise ValueError("classnames is empty")
-  if not templates:
-    raise ValueError("templates is empty")
-  texts = [format_prompt(t, c) for c in classnames for t in templates]
-  z = embed_texts(model, texts, **kw).reshape(len(classnames), len(templates), -1)
-  return np.asarray(l2_normalize(z.mean(axis=1)))
+  return class_embeddings_many(model, [(classnames, templates)], **kw)[0]
+
+
+def class_embeddings_many(model: DualEncoder, heads: Sequence[tuple[Sequence[str], Sequence]],
+                          **kw) -> list[np.ndarray]:
+  """``class_embeddings`` for several (classnames, templates) heads in one embedding run:
+  returns one ``(C_i, d)`` array per head."""
+  texts, shapes = [], []
+  for classnames, templates in heads:
+    classnames, templates = list(classnames), list(templates)
+    if not classnames:
+      raise ValueError("classnames is empty")
+    if not templates:
+      raise ValueError("templates is empty")
+    texts += [format_prompt(t, c) for c in classnames for t in templates]
+    shapes.append((len(classnames), len(templates)))
+  z = embed_texts(model, texts, **kw)
+  out, start = [], 0
+  for c, t in shapes:
+    zi = z[start:start + c * t].reshape(c, t, -1)
+    start += c * t
+    out.append(np.asarray(l2_normalize(zi.mean(axis=1))))
+  return out

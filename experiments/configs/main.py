@@ -1,0 +1,50 @@
+"""The main job: the whole method on the embedded toy world.
+
+    python -m experiments.main --workdir=/tmp/pj_main
+    python -m experiments.main --config=experiments/configs/main.py:micro --workdir=/tmp/pj_micro
+    python -m experiments.main --config.seed=1 --workdir=/tmp/pj_seed1
+
+Fields:
+  seed: seeds the world, the fine-tunes, the selection folds, the random-UTD draws and the
+    adapter cells (``--config.seed=N`` sets all of them; ``world.seed`` follows it).
+  world: the toy world (``experiments/configs/toy_world.py``).
+  source: the labeled rank-4 source fine-tunes (steps, lr, batch).
+  folds: K of the label-free (rank, ridge) selection.
+  alpha / negation_lambda: closed-form strengths of addition and negation.
+  weight_space_lambda: the weight-space baseline's lambda per task vector.
+  adapter: the adapter realization (rank 16, steps, lr, batch) and how many addition and
+    negation cells it runs on (a seeded subset that the output names).
+  negation_strengths: the strengths of Figure 2's curve.
+  families / tasks: subsets of the world's families and downstream tasks (empty: all).
+  compilation_cache: keep compiled XLA programs in the world's cache directory (warm reruns
+    skip compilation).
+"""
+
+import ml_collections
+
+from experiments.configs import toy_world
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  variant = arg or "default"
+  c = ml_collections.ConfigDict()
+  c.variant = variant
+  c.seed = 0
+  c.world = toy_world.get_config("micro" if variant == "micro" else None)
+  c.source = ml_collections.ConfigDict(dict(rank=4, steps=300, lr=3e-3, batch=64, seed=0))
+  c.folds = 5
+  c.alpha = 0.5
+  c.negation_lambda = 1.0
+  c.weight_space_lambda = 0.5
+  c.adapter = ml_collections.ConfigDict(dict(rank=16, steps=300, lr=2e-3, batch=64, cells=4))
+  c.negation_strengths = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0]
+  c.families = []
+  c.tasks = []
+  c.compilation_cache = True
+  if variant == "micro":
+    c.source.steps = 60
+    c.adapter.steps = 40
+    c.adapter.cells = 2
+    c.negation_strengths = [0.0, 1.0, 2.0]
+    c.tasks = ["shape", "color", "position"]
+  return c

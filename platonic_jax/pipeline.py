@@ -1,0 +1,413 @@
+"""The method end to end over a set of models and tasks (the main job's library half).
+
+Stages, each a plain function over arrays and models:
+
+1. ``embed_all``: every model's class embeddings, probe and test embeddings for every task.
+2. ``finetune_sources``: a rank-4 labeled LoRA fine-tune per (model, downstream task); its
+   probe embeddings give the Universal Task Descriptor ``U = (A_ft - A_pre) H_C``.
+3. ``solve_operators``: per (target, task, source) the closed-form operator with label-free
+   selection of (rank, ridge); a random-UTD control per (target, task, source).
+4. ``addition_cells`` / ``negation_cells``: every cell evaluated for every method on the
+   composed (or removed) tasks and the controls, against the target's zero-shot accuracy.
+5. ``summarize``: mean changes in points, the paper's Table 1/2 layouts, Figure 2's curve.
+
+Controls never enter any fit; no stage after the source fine-tunes reads a label.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import numpy as np
+
+from platonic_jax import embed as embed_lib
+from platonic_jax.core import adapter as adapter_lib
+from platonic_jax.core import baselines, train
+from platonic_jax.core.analysis import random_utd
+from platonic_jax.core.descriptor import Descriptor, Provenance
+from platonic_jax.core.grid import make_grid
+from platonic_jax.core.operator import Operator, apply_operators
+from platonic_jax.core.select import select_rank_ridge
+from platonic_jax.eval import zeroshot
+
+METHODS = ("closed_form", "adapter", "oracle", "random_utd", "weight_space")
+
+
+@dataclasses.dataclass
+class TaskEmbeddings:
+  """One model on one task: G (C, d) head, probes (n, d), test (N, d) normalised embeddings."""
+  G: np.ndarray
+  probes: np.ndarray
+  test: np.ndarray
+
+
+def task_grid(task):
+  return make_grid(task.name, task.probe_ids, task.classnames, task.templates)
+
+
+BATCH = 512
+
+
+def embed_unique(model, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+  """Normalised embeddings of each image array (n_i, 3, H, W); arrays shared between tasks
+  (the same object) are embedded once, and all distinct ones in a single run."""
+  distinct = {}
+  for a in arrays:
+    distinct.setdefault(id(a), a)
+  keys = list(distinct)
+  Z = embed_lib.embed_images(model, np.concatenate([distinct[k] for k in keys]), batch_size=BATCH,
+                             progress=False)
+  out, start = {}, 0
+  for k in keys:
+    out[k] = Z[start:start + len(distinct[k])]
+    start += len(distinct[k])
+  return [out[id(a)] for a in arrays]
+
+
+def embed_model(model, tasks: Mapping[str, Any]) -> dict:
+  """{task: TaskEmbeddings} of one model: one text run for every head, one image run."""
+  names = list(tasks)
+  Gs = embed_lib.class_embeddings_many(model, [(tasks[t].classnames, tasks[t].templates)
+                                               for t in names])
+  Zs = embed_unique(model, [tasks[t].probes for t in names] + [tasks[t].test[0] for t in names])
+  return {t: TaskEmbeddings(G=Gs[i], probes=Zs[i], test=Zs[len(names) + i])
+          for i, t in enumerate(names)}
+
+
+def embed_all(models: Mapping[str, Any], tasks: Mapping[str, Any]) -> dict:
+  """{model: {task: TaskEmbeddings}} of the pre-trained models."""
+  return {m: embed_model(model, tasks) for m, model in models.items()}
+
+
+def test_accuracy(Z: np.ndarray, task, G: np.ndarray) -> float:
+  return zeroshot.accuracy(Z, task.test[1], G)
+
+
+@dataclasses.dataclass
+class Source:
+  """A labeled source fine-tune of ``model`` on ``task`` and the descriptor it yields."""
+  model: str
+  task: str
+  finetuned: Any
+  descriptor: Descriptor
+  ceiling: float  # the fine-tune's own test accuracy (paper Table 22)
+
+
+def finetune_sources(models, tasks, emb, names: Sequence[str], cfg, log=print) -> dict:
+  """{(model, task): Source} for every model and downstream task in ``names``."""
+  out = {}
+  for m, model in models.items():
+    for t in names:
+      task, e = tasks[t], emb[m][t]
+      t0 = time.time()
+      ft = train.finetune_source(model, task.train[0], task.train[1], e.G, rank=cfg.rank,
+                                 steps=cfg.steps, lr=cfg.lr, batch=cfg.batch, seed=cfg.seed)
+      ft_probes, ft_test = embed_unique(ft, [task.probes, task.test[0]])
+      desc = Descriptor.from_embeddings(task_grid(task), e.probes, ft_probes, e.G,
+                                        provenance=Provenance(source=m, finetune=f"{m}/{t}/lora4"))
+      out[(m, t)] = Source(m, t, ft, desc, test_accuracy(ft_test, task, e.G))
+      log(f"  fine-tune {m:>8s} on {t:<10s} zero-shot {test_accuracy(e.test, task, e.G):5.1f}"
+          f" -> {out[(m, t)].ceiling:5.1f}  ({time.time() - t0:.1f}s)")
+  return out
+
+
+def solve_operators(models, tasks, emb, sources, names, cfg, log=print) -> dict:
+  """{(target, task, source): Operator}; source "random" is the random-UTD control.
+
+  The random control for (target, task) draws one Gaussian descriptor per source, scaled to
+  that source's ``||U||_F``, and solves it through the same label-free selection.
+  """
+  ops = {}
+  key = jax.random.key(cfg.seed)
+  for tg, model in models.items():
+    target_id = model.target_id
+    for t in names:
+      e = emb[tg][t]
+      descs = {}
+      for s in models:
+        desc = sources[(s, t)].descriptor
+        key, sub = jax.random.split(key)
+        grid = desc.only.grid
+        descs[s] = desc
+        descs["random~" + s] = Descriptor.single(grid, random_utd(grid, desc.only.U, sub),
+                                                 provenance=Provenance(source=f"random~{s}"))
+      # one batched selection over every source of this (target, grid)
+      sels = select_rank_ridge(e.probes, e.G, np.stack([np.asarray(d.only.U) for d in descs.values()]),
+                               folds=cfg.folds, seed=cfg.seed)
+      for (s, desc), sel in zip(descs.items(), sels):
+        op = Operator.solve(e.probes, e.G, desc, target_id=target_id, rank=sel.rank,
+                            ridge=sel.ridge, source=s)
+        ops[(tg, t, s)] = dataclasses.replace(op, selection=sel)
+    log(f"  solved operators for target {tg}")
+  return ops
+
+
+def _closed_form_accs(emb_t, tasks, eval_tasks, terms) -> dict:
+  return {t: test_accuracy(np.asarray(apply_operators(emb_t[t].test, terms)), tasks[t], emb_t[t].G)
+          for t in eval_tasks}
+
+
+def _model_accs(model, tasks, emb_t, eval_tasks) -> dict:
+  Zs = embed_unique(model, [tasks[t].test[0] for t in eval_tasks])
+  return {t: test_accuracy(Z, tasks[t], emb_t[t].G) for t, Z in zip(eval_tasks, Zs)}
+
+
+def _record(kind, target, cell_tasks, srcs, method, accs, zs, controls, role):
+  return {"kind": kind, "target": target, "tasks": list(cell_tasks), "sources": list(srcs),
+          "setting": "same_model" if all(s == target for s in srcs) else "cross_model",
+          "method": method, "accuracy": accs,
+          "delta": {t: accs[t] - zs[t] for t in accs},
+          role: float(np.mean([accs[t] - zs[t] for t in cell_tasks])),
+          "controls": float(np.mean([accs[c] - zs[c] for c in controls]))}
+
+
+def _adapter_probes(tasks, emb_t, names):
+  probes = {t: (tasks[t].probe_ids, tasks[t].probes) for t in names}
+  G = {t: emb_t[t].G for t in names}
+  return probes, G
+
+
+def addition_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg,
+                   adapter_cells, log=print) -> list[dict]:
+  """Every (target, task pair, source) addition cell at strength ``cfg.alpha``."""
+  recs = []
+  alpha = cfg.alpha
+  for tg, model in models.items():
+    e = emb[tg]
+    for a, b in itertools.combinations(names, 2):
+      evals = (a, b) + tuple(controls)
+      for s in models:
+        cell = ((a, b), (s, s))
+        terms = [(ops[(tg, a, s)], alpha), (ops[(tg, b, s)], alpha)]
+        accs = _closed_form_accs(e, tasks, evals, terms)
+        recs.append(_record("addition", tg, (a, b), (s, s), "closed_form", accs, zs[tg], controls,
+                            "composed"))
+        rterms = [(ops[(tg, a, "random~" + s)], alpha), (ops[(tg, b, "random~" + s)], alpha)]
+        recs.append(_record("addition", tg, (a, b), (s, s), "random_utd",
+                            _closed_form_accs(e, tasks, evals, rterms), zs[tg], controls, "composed"))
+        if s != tg:  # the oracle: the target's own descriptors, read against cross-model cells
+          oterms = [(ops[(tg, a, tg)], alpha), (ops[(tg, b, tg)], alpha)]
+          recs.append(_record("addition", tg, (a, b), (s, s), "oracle",
+                              _closed_form_accs(e, tasks, evals, oterms), zs[tg], controls,
+                              "composed"))
+        else:
+          ws = baselines.weight_space_arithmetic(
+              model, [(sources[(tg, a)].finetuned, cfg.weight_space_lambda),
+                      (sources[(tg, b)].finetuned, cfg.weight_space_lambda)])
+          recs.append(_record("addition", tg, (a, b), (s, s), "weight_space",
+                              _model_accs(ws, tasks, e, evals), zs[tg], controls, "composed"))
+        if (tg, cell) in adapter_cells:
+          desc = sources[(s, a)].descriptor + sources[(s, b)].descriptor
+          probes, G = _adapter_probes(tasks, e, (a, b))
+          t0 = time.time()
+          ad = adapter_lib.fit_adapter(model, desc, probes, G, rank=cfg.adapter.rank,
+                                       steps=cfg.adapter.steps, lr=cfg.adapter.lr,
+                                       batch=cfg.adapter.batch, seed=cfg.seed)
+          recs.append(_record("addition", tg, (a, b), (s, s), "adapter",
+                              _model_accs(ad, tasks, e, evals), zs[tg], controls, "composed"))
+          log(f"  adapter addition {tg} <- {s}: {a}+{b}  ({time.time() - t0:.1f}s)")
+  return recs
+
+
+def negation_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg, adapter_cells,
+                   log=print) -> list[dict]:
+  """Every (target, task, source) negation cell at strength ``cfg.negation_lambda``."""
+  recs = []
+  lam = cfg.negation_lambda
+  for tg, model in models.items():
+    e = emb[tg]
+    for t in names:
+      evals = (t,) + tuple(controls)
+      for s in models:
+        accs = _closed_form_accs(e, tasks, evals, [(ops[(tg, t, s)], -lam)])
+        recs.append(_record("negation", tg, (t,), (s,), "closed_form", accs, zs[tg], controls,
+                            "removed"))
+        recs.append(_record("negation", tg, (t,), (s,), "random_utd",
+                            _closed_form_accs(e, tasks, evals, [(ops[(tg, t, "random~" + s)], -lam)]),
+                            zs[tg], controls, "removed"))
+        if s != tg:
+          recs.append(_record("negation", tg, (t,), (s,), "oracle",
+                              _closed_form_accs(e, tasks, evals, [(ops[(tg, t, tg)], -lam)]),
+                              zs[tg], controls, "removed"))
+        else:
+          ws = baselines.weight_space_arithmetic(model, [(sources[(tg, t)].finetuned, -lam)])
+          recs.append(_record("negation", tg, (t,), (s,), "weight_space",
+                              _model_accs(ws, tasks, e, evals), zs[tg], controls, "removed"))
+        if (tg, ((t,), (s,))) in adapter_cells:
+          probes, G = _adapter_probes(tasks, e, (t,))
+          t0 = time.time()
+          ad = adapter_lib.fit_adapter(model, -1.0 * sources[(s, t)].descriptor, probes, G,
+                                       rank=cfg.adapter.rank, steps=cfg.adapter.steps,
+                                       lr=cfg.adapter.lr, batch=cfg.adapter.batch, seed=cfg.seed)
+          recs.append(_record("negation", tg, (t,), (s,), "adapter",
+                              _model_accs(ad, tasks, e, evals), zs[tg], controls, "removed"))
+          log(f"  adapter negation {tg} <- {s}: -{t}  ({time.time() - t0:.1f}s)")
+  return recs
+
+
+def choose_adapter_cells(models: Sequence[str], names: Sequence[str], n: int, seed: int) -> dict:
+  """A seeded representative subset of cells for the adapter: for addition and negation each,
+  ``n`` cells split between same-model and cross-model, every target used in turn."""
+  rng = np.random.default_rng(seed)
+  models = list(models)
+  pairs = list(itertools.combinations(names, 2))
+  add, neg = [], []
+  for i in range(n):
+    tg = models[i % len(models)]
+    others = [m for m in models if m != tg]
+    s = tg if i % 2 == 0 or not others else others[rng.integers(len(others))]
+    a, b = pairs[rng.integers(len(pairs))]
+    add.append((tg, ((a, b), (s, s))))
+    t = names[rng.integers(len(names))]
+    neg.append((tg, ((t,), (s,))))
+  return {"addition": add, "negation": neg}
+
+
+def negation_curve(models, tasks, emb, ops, names, controls, zs, strengths) -> dict:
+  """Figure 2: mean cross-model closed-form accuracy of the removed task and of the controls
+  against the negation strength (absolute percent)."""
+  removed, ctrl = [], []
+  for lam in strengths:
+    r, c = [], []
+    for tg in models:
+      e = emb[tg]
+      for t in names:
+        for s in models:
+          if s == tg:
+            continue
+          accs = _closed_form_accs(e, tasks, (t,) + tuple(controls), [(ops[(tg, t, s)], -lam)])
+          r.append(accs[t])
+          c.append(np.mean([accs[x] for x in controls]))
+    removed.append(float(np.mean(r)))
+    ctrl.append(float(np.mean(c)))
+  return {"strength": list(map(float, strengths)), "removed": removed, "controls": ctrl}
+
+
+def summarize(records: Sequence[dict]) -> dict:
+  """Mean changes from zero-shot in points, per kind, setting and method."""
+  out: dict = {"addition": {}, "negation": {}}
+  role = {"addition": "composed", "negation": "removed"}
+  for kind in out:
+    for setting in ("same_model", "cross_model"):
+      block = {}
+      for method in METHODS:
+        rs = [r for r in records if r["kind"] == kind and r["setting"] == setting
+              and r["method"] == method]
+        if rs:
+          block[method] = {role[kind]: round(float(np.mean([r[role[kind]] for r in rs])), 4),
+                           "controls": round(float(np.mean([r["controls"] for r in rs])), 4),
+                           "cells": len(rs)}
+      out[kind][setting] = block
+  cross = out["addition"]["cross_model"]
+  out["oracle_retention"] = (round(cross["closed_form"]["composed"] / cross["oracle"]["composed"], 4)
+                             if "oracle" in cross and cross["oracle"]["composed"] > 0 else None)
+  return out
+
+
+def format_tables(records: Sequence[dict], controls: Sequence[str]) -> str:
+  """The paper's Table 1 (addition) and Table 2 (negation) layouts, in percent."""
+  lines = []
+  names = {"zero_shot": "Zero-shot", "weight_space": "Weight-space arithmetic",
+           "closed_form": "Ours, closed form", "adapter": "Ours, adapter", "oracle": "Oracle",
+           "random_utd": "Random-UTD"}
+  for kind, cols in (("addition", ["Task A", "Task B"]), ("negation", ["Removed task"])):
+    title = ("Table 1: addition (closed form at alpha, adapter at full strength)" if kind == "addition"
+             else "Table 2: negation")
+    lines += ["", title]
+    header = f"{'Method':<26s}" + "".join(f"{c:>14s}" for c in cols + list(controls))
+    for setting, label in (("same_model", "Source and target are the same model"),
+                           ("cross_model", "Source and target are different models")):
+      base = [r for r in records if r["kind"] == kind and r["setting"] == setting
+              and r["method"] == "closed_form"]
+      if not base:
+        continue
+      lines += [f"{label} ({len(base)} cells)", header]
+
+      def row(name, rs, zero=False):
+        vals = []
+        for r in rs:
+          acc = {t: r["accuracy"][t] - (r["delta"][t] if zero else 0.0) for t in r["accuracy"]}
+          vals.append([acc[t] for t in r["tasks"]] + [acc[c] for c in controls])
+        m = np.mean(np.asarray(vals), axis=0)
+        return f"{name:<26s}" + "".join(f"{v:14.2f}" for v in m)
+
+      lines.append(row(names["zero_shot"], base, zero=True))
+      for method in ("weight_space", "closed_form", "adapter", "oracle", "random_utd"):
+        rs = [r for r in records if r["kind"] == kind and r["setting"] == setting
+              and r["method"] == method]
+        if rs:
+          suffix = f" [{len(rs)}]" if len(rs) != len(base) else ""
+          lines.append(row(names[method] + suffix, rs))
+  return "\n".join(lines)
+
+
+def plot_negation_curve(curve: dict, path: str, zero_shot: Mapping[str, float] | None = None) -> str:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  fig, ax = plt.subplots(figsize=(5, 3.5))
+  ax.plot(curve["strength"], curve["removed"], "o-", label="removed task")
+  ax.plot(curve["strength"], curve["controls"], "s-", label="controls")
+  ax.set_xlabel("negation strength $\\lambda$")
+  ax.set_ylabel("accuracy (%)")
+  ax.set_title("Cross-model closed-form negation")
+  ax.grid(alpha=0.3)
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+  return path
+
+
+def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
+  """Runs every stage on a built world; writes results.jsonl, summary.json, negation.png."""
+  t0 = time.time()
+  os.makedirs(workdir, exist_ok=True)
+  models = world.models
+  names, controls = list(cfg.tasks) or list(world.downstream), list(world.controls)
+  unknown = sorted(set(names) - set(world.downstream))
+  if unknown:
+    raise ValueError(f"unknown downstream tasks {unknown}; the world has {list(world.downstream)}")
+  tasks = {t: world.tasks[t] for t in names + controls}
+  log(f"[1/5] embedding {len(tasks)} tasks under {len(models)} models")
+  emb = embed_all(models, tasks)
+  zs = {m: {t: test_accuracy(emb[m][t].test, tasks[t], emb[m][t].G) for t in tasks} for m in models}
+  for m in models:
+    log(f"  zero-shot {m:>8s}: " + " ".join(f"{t}={zs[m][t]:.1f}" for t in tasks))
+  log(f"[2/5] source fine-tunes ({len(models)} models x {len(names)} tasks, rank {cfg.source.rank})")
+  sources = finetune_sources(models, tasks, emb, names, cfg.source, log)
+  log("[3/5] closed-form operators with label-free selection (+ random-UTD controls)")
+  ops = solve_operators(models, tasks, emb, sources, names, cfg, log)
+  chosen = choose_adapter_cells(list(models), names, cfg.adapter.cells, cfg.seed)
+  log("[4/5] addition and negation cells; adapter cells: "
+      + "; ".join(f"{tg}<-{c[1][0]}:{'+'.join(c[0])}" for tg, c in chosen["addition"])
+      + " | " + "; ".join(f"{tg}<-{c[1][0]}:-{c[0][0]}" for tg, c in chosen["negation"]))
+  records = addition_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg,
+                           set(chosen["addition"]), log)
+  records += negation_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg,
+                            set(chosen["negation"]), log)
+  log("[5/5] summary")
+  curve = negation_curve(models, tasks, emb, ops, names, controls, zs, cfg.negation_strengths)
+  summary = summarize(records)
+  summary["adapter_cells"] = {k: [[tg, list(c[0]), list(c[1])] for tg, c in v]
+                              for k, v in chosen.items()}
+  summary["negation_curve"] = curve
+  summary["zero_shot"] = {m: {t: round(v, 4) for t, v in zs[m].items()} for m in models}
+  summary["ceilings"] = {f"{m}/{t}": round(s.ceiling, 4) for (m, t), s in sources.items()}
+  summary["runtime_s"] = round(time.time() - t0 + sum(
+      i.get("seconds", 0.0) for i in getattr(world, "pretrain_info", {}).values()
+      if not i.get("cached")), 1)
+  with open(os.path.join(workdir, "results.jsonl"), "w") as f:
+    for r in records:
+      f.write(json.dumps(r, sort_keys=True) + "\n")
+  with open(os.path.join(workdir, "summary.json"), "w") as f:
+    json.dump(summary, f, indent=2, sort_keys=True)
+  plot_negation_curve(curve, os.path.join(workdir, "negation.png"))
+  log(format_tables(records, controls))
+  return summary

@@ -18,11 +18,11 @@ from flax import nnx
 from platonic_jax.core import adapter, baselines, lora, train
 from platonic_jax.core.descriptor import Descriptor
 from platonic_jax.core.grid import make_grid
-from platonic_jax.models import registry
+from platonic_jax.models import registry, siglip
 from platonic_jax.models.clip import CLIPModel, ClipSpec, TowerSpec
 from platonic_jax.models.dual_encoder import DualEncoder
 
-VISION = TowerSpec(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+VISION = TowerSpec(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                    num_attention_heads=4, image_size=16, patch_size=8)
 TEXT = TowerSpec(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
                  vocab_size=50, max_position_embeddings=8, eos_token_id=49)
@@ -33,15 +33,17 @@ SOURCE = dict(rank=4, steps=60, lr=1e-2, batch=32)
 ADAPT = dict(steps=150, lr=1e-2, batch=32)
 
 
-def random_clip(spec: ClipSpec, seed: int) -> CLIPModel:
-  """A CLIPModel with random weights drawn on the host (no per-shape JAX RNG compiles)."""
+def random_module(factory, seed: int, scalars: dict):
+  """``factory(rngs)``'s module with random weights drawn on the host (no per-shape JAX RNG
+  compiles): kernels ~ N(0, 1/fan_in), norms 1 + noise, biases and embeddings noise, the
+  named scalars (``logit_scale`` ...) set as given."""
   rng = np.random.RandomState(seed)
-  graphdef, state = nnx.split(nnx.eval_shape(lambda: CLIPModel(spec, rngs=nnx.Rngs(0))))
+  graphdef, state = nnx.split(nnx.eval_shape(lambda: factory(nnx.Rngs(0))))
 
   def draw(path, leaf):
     name = str(path[-1].key)
-    if name == "logit_scale":
-      return jnp.asarray(spec.logit_scale_init_value, jnp.float32)
+    if name in scalars:
+      return jnp.asarray(scalars[name], jnp.float32)
     if name == "scale":
       v = 1.0 + 0.1 * rng.randn(*leaf.shape)
     elif name in ("bias", "embedding", "class_embedding"):
@@ -52,6 +54,11 @@ def random_clip(spec: ClipSpec, seed: int) -> CLIPModel:
 
   state.replace_by_pure_dict(jax.tree_util.tree_map_with_path(draw, state.to_pure_dict()))
   return nnx.merge(graphdef, state)
+
+
+def random_clip(spec: ClipSpec, seed: int) -> CLIPModel:
+  return random_module(lambda rngs: CLIPModel(spec, rngs=rngs), seed,
+                       {"logit_scale": spec.logit_scale_init_value})
 
 
 def dual(seed: int, spec: ClipSpec = SPEC) -> DualEncoder:
@@ -300,3 +307,25 @@ def test_gradient_ascent_negation_raises_the_task_loss():
   assert train.head_loss(negated, t["Xt"], t["Yt"], t["G"]) > before + 0.5
   with pytest.raises(ValueError, match=r"labels must lie in \[0, C=4\)"):
     baselines.gradient_ascent_negation(w.pre, t["X"], t["Y"] + 1, t["G"], steps=1)
+
+
+def test_families_with_a_logit_bias_and_no_projection():
+  """SigLIP: embedding width from the tower (no projection layer), a logit bias in the head,
+  its own LoRA targets. Checked without compiling a second tower."""
+  tower = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+  spec = siglip.SiglipSpec(
+      vision=siglip.SiglipTowerSpec(**tower, image_size=16, patch_size=8),
+      text=siglip.SiglipTowerSpec(**tower, vocab_size=50, max_position_embeddings=8))
+  module = random_module(lambda rngs: siglip.SiglipModel(spec, rngs=rngs), 0,
+                         {"logit_scale": np.log(10.0), "logit_bias": -10.0})
+  model = DualEncoder(module=module, config={"model_type": "siglip"},
+                      family=registry.FAMILIES["siglip"], name="tiny-siglip")
+  assert train.embedding_width(model) == 32
+  with pytest.raises(ValueError, match=r"d=32"):
+    train.check_G(model, np.ones((4, 16), np.float32))
+  A = jnp.asarray([[0.5, -0.25]])
+  np.testing.assert_allclose(np.asarray(train.head_logits(module, A)), [[5.0 - 10.0, -2.5 - 10.0]],
+                             rtol=1e-6)
+  paths = lora.attach(module, rank=2, rngs=nnx.Rngs(0))
+  assert paths == tuple(f"vision_model.encoder.layers.{i}.self_attn.{p}_proj"
+                        for i in range(2) for p in ("q", "v"))

@@ -127,6 +127,27 @@ EVA02 = register(Family(
 ))
 
 
+# CLAP audio-text (laion/clap-htsat-unfused, laion/clap-htsat-fused, laion/larger_clap_general,
+# laion/larger_clap_music_and_speech): HTSAT audio tower; the closed form folds into the audio
+# projection's last linear; embed audio with platonic_jax.embed_audio.
+from platonic_jax.models import clap  # noqa: E402
+
+CLAP = register(Family(
+    name="clap",
+    model_types=("clap",),
+    spec_from_config=clap.ClapSpec.from_hf_config,
+    module=clap.ClapModel,
+    edit_point="audio_projection.linear2",
+    edit_kind="affine",
+    lora_targets=("audio_model.audio_encoder.layers.*.blocks.*.attention.self.query",
+                  "audio_model.audio_encoder.layers.*.blocks.*.attention.self.value"),
+    hf_architecture="ClapModel",
+    hf_to_nnx_hook=clap.hf_to_nnx_buffers,
+    nnx_to_hf_hook=clap.nnx_to_hf_buffers,
+    export_writer=clap.export_hf,
+))
+
+
 def family_for_config(config: Mapping[str, Any]) -> Family:
   model_type = config.get("model_type")
   if model_type not in FAMILIES:

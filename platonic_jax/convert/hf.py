@@ -66,7 +66,9 @@ def load_model(name_or_path: str, dtype=jnp.float32) -> DualEncoder:
                           ignore=family.ignore, dtype=np.float32)
   module = module_from_flat(family, spec, flat)
   files = {}
-  preprocessor = ImagePreprocessor.from_dir(directory)
+  # An audio family's preprocessor_config.json describes its feature extractor, not images.
+  audio = getattr(family.module, "input_kind", "image") == "audio"
+  preprocessor = None if audio else ImagePreprocessor.from_dir(directory)
   if preprocessor is None and family.preprocessor_from_config is not None:
     preprocessor = family.preprocessor_from_config(config)
   return DualEncoder(module=module, config=config, family=family,

@@ -67,7 +67,9 @@ class DualEncoder:
 
   @property
   def max_text_length(self) -> int:
-    return int(self.module.spec.text.max_position_embeddings)
+    text = self.module.spec.text
+    # RoBERTa-style towers offset positions by the padding id: ``max_tokens`` of them fit.
+    return int(getattr(text, "max_tokens", text.max_position_embeddings))
 
   def tokenize(self, texts: Sequence[str], length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """texts -> (ids (m, T) int32, mask (m, T) int32), padded to ``length`` (or the longest)."""

@@ -8,15 +8,23 @@ AdamW, fp32, only the adapter requiring gradients) on the same random ViT-B/16-s
 vision tower with the adapter loss of METHOD "Realization 2" (one term, 16 probes per step).
 Our side times the library's own training step (``lora.make_train_step`` over
 ``adapter.adapter_loss``); the PyTorch side is transformers' ``CLIPModel`` (vision tower and
-projection) with the adapter written by hand. Both start from identical weights and the same adapter initialisation, so their
-affinities and per-step losses must agree (checked). The two sides alternate step by step
-after warm-up, so load from other processes hits both alike. Prints steps/s for both and the
-ratio.
+projection) with the adapter written by hand. Both start from identical weights and the same
+adapter initialisation, so their affinities and per-step losses must agree (checked). The two
+sides alternate step by step after warm-up, so load from other processes hits both alike.
+Prints steps/s for both and the ratio.
+
+Memory: a ViT-B/16 step at batch 16 holds ~4 GB of activations. XLA allocates them afresh every
+step through glibc (as PyTorch's CPU allocator does), which maps blocks over 32 MB with mmap and
+unmaps them on free, so every step page-faults ~1M fresh 4 KiB pages (measured: ~3 s of kernel
+time per JAX step on 2 cores). The benchmark therefore runs under ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` (glibc >=
+2.35: transparent huge pages for malloc's mappings, ~50x fewer faults; ``--nohugepages`` turns
+it off). Training runs on CPU benefit from the same environment setting.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import time
 
@@ -34,6 +42,10 @@ flags.DEFINE_integer("classes", 10, "classes of the grid")
 flags.DEFINE_integer("steps", 5, "timed steps per side")
 flags.DEFINE_integer("warmup", 2, "untimed steps per side (compilation for JAX)")
 flags.DEFINE_integer("threads", 0, "torch and XLA intra-op threads (0: os.cpu_count())")
+flags.DEFINE_bool("hugepages", True, "run under GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (see the "
+                  "module docstring); applies to both sides")
+
+HUGETLB = "glibc.malloc.hugetlb=1"
 
 
 def torch_side(model_dir, probes, G, U, lora_init, threads):
@@ -133,6 +145,11 @@ LR = 1e-3
 
 def main(argv):
   del argv
+  tunables = os.environ.get("GLIBC_TUNABLES", "")
+  if FLAGS.hugepages and HUGETLB not in tunables:
+    # glibc reads its tunables at start-up only: run again with the setting in place.
+    env = dict(os.environ, GLIBC_TUNABLES=":".join(t for t in (tunables, HUGETLB) if t))
+    os.execve(sys.executable, [sys.executable, "-m", "experiments.bench_lora"] + sys.argv[1:], env)
   threads = FLAGS.threads or os.cpu_count()
   # XLA's CPU client sizes its intra-op thread pool from the visible cores (os.cpu_count());
   # torch gets the same count.
@@ -177,7 +194,8 @@ def main(argv):
   loss_err = max(abs(a - b) / abs(b) for a, b in zip(j_losses, t_losses))
   print(f"ViT hidden={FLAGS.hidden} layers={FLAGS.layers} heads={FLAGS.heads} patch={FLAGS.patch} "
         f"image={FLAGS.image}; LoRA q/v rank {FLAGS.rank}; batch {FLAGS.batch}; fp32; "
-        f"{threads} threads; {FLAGS.steps} timed steps per side after {FLAGS.warmup} warm-up")
+        f"{threads} threads; {FLAGS.steps} timed steps per side after {FLAGS.warmup} warm-up; "
+        f"GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')!r}")
   print(f"parity: max |A_pre jax - torch| = {apre_err:.1e}; losses over {len(j_losses)} steps "
         f"agree to {loss_err:.1e} relative (jax {j_losses[-1]:.6f}, torch {t_losses[-1]:.6f})")
   if apre_err > 1e-4 or loss_err > 1e-3:

@@ -1,0 +1,190 @@
+"""Contrastive image-text pretraining of a dual encoder from scratch (the toy world's trainer).
+
+One trainer reads top to bottom: split the NNX module into (graphdef, params, rest), build an
+optax AdamW with linear warm-up and cosine decay, and run one jitted step that donates the
+parameter and optimiser buffers. The loss is pluggable: ``clip_loss`` (CLIP's symmetric softmax
+InfoNCE over the batch with a learnable log temperature) or ``siglip_loss`` (SigLIP's pairwise
+sigmoid loss, which also needs a learnable ``logit_bias``).
+
+A module is any NNX dual encoder with ``encode_image(pixels (B,3,H,W)) -> (B,d)``,
+``encode_text(ids (B,T), mask (B,T)) -> (B,d)``, a ``logit_scale`` parameter holding the *log*
+scale (as in Hugging Face) and ``logit_bias`` (a parameter or None).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Callable, Iterable, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainConfig:
+  """steps: optimiser steps; batch size is whatever the batches carry.
+
+  learning_rate: peak rate after ``warmup_steps`` of linear warm-up, then cosine decay to
+  ``learning_rate * final_lr_fraction``. weight_decay applies to parameters with ndim >= 2.
+  loss: "clip" | "siglip". max_logit_scale: the log scale is clipped to [0, this] after every
+  step (CLIP clips at log 100). grad_clip: global-norm clip (0 disables).
+  duplicates_positive: pairs whose captions are token-identical count as positives (see
+  ``clip_loss``); needed when captions are short enough to repeat within a batch.
+  """
+  steps: int
+  learning_rate: float = 1e-3
+  warmup_steps: int = 100
+  weight_decay: float = 0.1
+  b1: float = 0.9
+  b2: float = 0.98
+  final_lr_fraction: float = 0.0
+  grad_clip: float = 1.0
+  loss: str = "clip"
+  max_logit_scale: float = math.log(100.0)
+  log_every: int = 100
+  duplicates_positive: bool = True
+
+
+def clip_loss(img: jax.Array, txt: jax.Array, logit_scale: jax.Array,
+              logit_bias: jax.Array | None = None,
+              positives: jax.Array | None = None) -> jax.Array:
+  """CLIP's symmetric InfoNCE. img (B,d), txt (B,d) unnormalised; logit_scale is the log scale.
+
+  logits = exp(logit_scale) * normalise(img) @ normalise(txt).T (B,B); the loss is the mean of
+  the image->text and text->image cross-entropies. Targets: the diagonal, or with
+  ``positives`` (B,B) bool (diagonal included) the uniform distribution over each row's
+  positives -- pairs whose captions are identical are then not pushed apart (UniCL's
+  multi-positive form; identical to CLIP's when positives is the identity). Scalar.
+  """
+  del logit_bias
+  logits = _logits(img, txt, logit_scale)
+  if positives is None:
+    labels = jnp.arange(logits.shape[0])
+    li = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    lt = optax.softmax_cross_entropy_with_integer_labels(logits.T, labels)
+    return 0.5 * (li.mean() + lt.mean())
+  pos = positives.astype(jnp.float32)
+  li = optax.softmax_cross_entropy(logits, pos / pos.sum(1, keepdims=True))
+  lt = optax.softmax_cross_entropy(logits.T, pos.T / pos.T.sum(1, keepdims=True))
+  return 0.5 * (li.mean() + lt.mean())
+
+
+def siglip_loss(img: jax.Array, txt: jax.Array, logit_scale: jax.Array,
+                logit_bias: jax.Array | None, positives: jax.Array | None = None) -> jax.Array:
+  """SigLIP's pairwise sigmoid loss. img (B,d), txt (B,d); scalar.
+
+  z = exp(logit_scale) * cos + logit_bias (B,B); labels +1 on the diagonal (or where
+  ``positives`` (B,B) is true), -1 elsewhere; loss = -sum log sigmoid(label * z) / B.
+  """
+  if logit_bias is None:
+    raise ValueError("the sigmoid loss needs a model with a logit_bias parameter")
+  z = _logits(img, txt, logit_scale) + logit_bias.astype(jnp.float32)
+  pos = jnp.eye(z.shape[0], dtype=bool) if positives is None else positives
+  sign = 2.0 * pos.astype(z.dtype) - 1.0
+  return -jnp.sum(jax.nn.log_sigmoid(sign * z)) / z.shape[0]
+
+
+def duplicate_positives(input_ids: jax.Array) -> jax.Array:
+  """input_ids (B,T) -> (B,B) bool: rows i, j carry identical token sequences."""
+  return jnp.all(input_ids[:, None, :] == input_ids[None, :, :], axis=-1)
+
+
+def _logits(img, txt, logit_scale):
+  img = img.astype(jnp.float32)
+  txt = txt.astype(jnp.float32)
+  img = img / jnp.linalg.norm(img, axis=-1, keepdims=True)
+  txt = txt / jnp.linalg.norm(txt, axis=-1, keepdims=True)
+  return jnp.exp(logit_scale.astype(jnp.float32)) * img @ txt.T
+
+
+LOSSES: dict[str, Callable[..., jax.Array]] = {"clip": clip_loss, "siglip": siglip_loss}
+
+
+def make_optimizer(cfg: PretrainConfig) -> optax.GradientTransformation:
+  """AdamW with linear warm-up + cosine decay; decay only on parameters with ndim >= 2."""
+  schedule = optax.warmup_cosine_decay_schedule(
+      init_value=0.0, peak_value=cfg.learning_rate,
+      warmup_steps=min(cfg.warmup_steps, max(cfg.steps - 1, 0)),
+      decay_steps=max(cfg.steps, 1), end_value=cfg.learning_rate * cfg.final_lr_fraction)
+  decay_mask = lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)
+  tx = optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, weight_decay=cfg.weight_decay,
+                   mask=decay_mask)
+  if cfg.grad_clip > 0:
+    tx = optax.chain(optax.clip_by_global_norm(cfg.grad_clip), tx)
+  return tx
+
+
+def make_train_step(graphdef, rest, tx: optax.GradientTransformation, cfg: PretrainConfig):
+  """The jitted step ``(params, opt_state, batch) -> (params, opt_state, metrics)``.
+
+  batch: {"pixels" (B,3,H,W) float32, "input_ids" (B,T) int32, "attention_mask" (B,T) int32}.
+  params and opt_state are donated. metrics: {"loss", "logit_scale"} scalars.
+  """
+  if cfg.loss not in LOSSES:
+    raise ValueError(f"unknown loss {cfg.loss!r}; known: {sorted(LOSSES)}")
+  loss_fn = LOSSES[cfg.loss]
+
+  def objective(params, batch):
+    model = nnx.merge(graphdef, params, rest)
+    img = model.encode_image(batch["pixels"])
+    txt = model.encode_text(batch["input_ids"], batch["attention_mask"])
+    bias = None if model.logit_bias is None else model.logit_bias[...]
+    positives = duplicate_positives(batch["input_ids"]) if cfg.duplicates_positive else None
+    return loss_fn(img, txt, model.logit_scale[...], bias, positives)
+
+  def step(params, opt_state, batch):
+    loss, grads = jax.value_and_grad(objective)(params, batch)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    params["logit_scale"] = jnp.clip(params["logit_scale"], 0.0, cfg.max_logit_scale)
+    return params, opt_state, {"loss": loss, "logit_scale": params["logit_scale"]}
+
+  return jax.jit(step, donate_argnums=(0, 1))
+
+
+def pretrain(module: nnx.Module, batches: Iterable[Mapping[str, np.ndarray]],
+             cfg: PretrainConfig, *, log: Callable[[str], None] | None = None,
+             name: str = "model") -> tuple[nnx.Module, dict]:
+  """Trains ``module`` for ``cfg.steps`` steps on ``batches``; returns (new module, history).
+
+  The input module is not modified. ``batches`` yields at least ``cfg.steps`` dicts of host
+  arrays with fixed shapes (one compilation). history: {"loss": [(step, loss)], "seconds",
+  "compile_seconds", "cpu_seconds" (process CPU time, all threads), "steps"}.
+  """
+  graphdef, param_state, rest = nnx.split(nnx.clone(module), nnx.Param, ...)
+  params = nnx.to_pure_dict(param_state)
+  tx = make_optimizer(cfg)
+  opt_state = tx.init(params)
+  step = make_train_step(graphdef, rest, tx, cfg)
+  history = {"loss": [], "steps": cfg.steps}
+  t0, c0 = time.perf_counter(), time.process_time()
+  it = iter(batches)
+  window = []
+  for i in range(cfg.steps):
+    try:
+      batch = next(it)
+    except StopIteration:
+      raise ValueError(f"batches ran out after {i} of {cfg.steps} steps") from None
+    params, opt_state, metrics = step(params, opt_state, dict(batch))
+    if i == 0:
+      jax.block_until_ready(params)
+      history["compile_seconds"] = time.perf_counter() - t0
+    window.append(metrics["loss"])
+    if (i + 1) % cfg.log_every == 0 or i + 1 == cfg.steps:
+      loss = float(np.mean(jax.device_get(window)))
+      window = []
+      history["loss"].append((i + 1, loss))
+      if log is not None:
+        log(f"[pretrain {name}] step {i + 1}/{cfg.steps} loss {loss:.4f} "
+            f"logit_scale {float(np.exp(metrics['logit_scale'])):.1f} "
+            f"({time.perf_counter() - t0:.0f}s)")
+  jax.block_until_ready(params)
+  history["seconds"] = time.perf_counter() - t0
+  history["cpu_seconds"] = time.process_time() - c0
+  param_state.replace_by_pure_dict(params)
+  return nnx.merge(graphdef, param_state, rest), history

@@ -1,0 +1,154 @@
+"""Captions of the toy world: attributes -> token ids, vectorised, with per-attribute mention rates.
+
+A caption is a tag line; in full::
+
+    grainy photo large red striped circle top left dotted navy background thick frame digit 7
+    three dots
+
+Each attribute is mentioned independently with its own rate (an unmentioned shape reads
+"shape"; "background" / "frame" / "digit" appear only with their attribute). The knobs that set
+how well contrastive pretraining teaches each attribute:
+
+* mention rate: attributes mentioned rarely are learned poorly or not at all. Attributes compete:
+  within a batch, the ones that are quickest to learn (global ones: tone, frame, style, pattern,
+  count) can make the others unnecessary, so the world captions each batch in one *view* (a
+  subset of attributes with its rates; see ``world.pretrain_batches``);
+* conflation: the first ``confuse[a]`` pairs of ``CONFUSIONS[a]`` are conflated -- an image of the
+  first class is called by the second class's name with probability ``confuse_rate`` -- the way
+  web captions merge similar concepts; it lowers zero-shot accuracy on well-learned attributes;
+* noise: a mentioned value is replaced by a uniformly random one with this probability.
+
+Captions are built directly as ids of the world's word-level tokenizer; ``caption_texts``
+renders the same captions as strings (``tokenizer(text)`` gives the ids back).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from platonic_jax.data import tokenizer as tok
+from platonic_jax.data.toyworld.render import ATTRIBUTES
+
+# Fixed words of captions and prompt templates.
+FIXED_WORDS = ("photo", "shape", "background", "frame", "digit", "dot", "dots")
+
+# Conflatable pairs per attribute, most natural first: (class, the class it is called).
+CONFUSIONS: dict[str, tuple[tuple[str, str], ...]] = {
+    "shape": (("square", "circle"), ("column", "bar"), ("cross", "triangle")),
+    "color": (("orange", "red"), ("cyan", "green"), ("purple", "blue"), ("white", "yellow")),
+    "size": (("medium", "large"),),
+    "position": (("top right", "top left"), ("bottom right", "bottom left")),
+    "fill": (("checkered", "striped"), ("hollow", "solid")),
+    "pattern": (("dotted", "grid"), ("diagonal", "wavy")),
+    "digit": (("8", "0"), ("7", "1"), ("3", "2"), ("9", "4"), ("6", "5")),
+    "count": (("four", "three"), ("two", "one")),
+    "tone": (("plum", "maroon"), ("slate", "navy"), ("brown", "olive"), ("black", "teal")),
+    "frame": (("dashed", "thin"),),
+    "style": (("faded", "clean"), ("dark", "grainy")),
+}
+
+
+def attribute_words() -> list[str]:
+  words = []
+  for values in ATTRIBUTES.values():
+    for v in values:
+      words.extend(v.split())
+  return words
+
+
+VOCAB: tuple[str, ...] = tuple(tok.vocabulary(list(FIXED_WORDS) + attribute_words()))
+WORD_ID: dict[str, int] = {w: i for i, w in enumerate(VOCAB)}
+
+
+def word_tokenizer(max_length: int):
+  """The world's tokenizer (``transformers`` fast tokenizer over ``VOCAB``)."""
+  return tok.word_tokenizer(VOCAB[len(tok.SPECIAL_TOKENS):], max_length)
+
+
+def _ids(words: str) -> list[int]:
+  return [WORD_ID[w] for w in words.split()]
+
+
+def _value_ids(attribute: str, word: int) -> np.ndarray:
+  """(num values,) id of the ``word``-th word of each value of ``attribute``."""
+  return np.array([_ids(v)[word] for v in ATTRIBUTES[attribute]], np.int32)
+
+
+# The count's noun agrees in number with its value ("one dot", "two dots").
+_COUNT_NOUN = np.array([WORD_ID["dot"]] + [WORD_ID["dots"]] * (len(ATTRIBUTES["count"]) - 1),
+                       np.int32)
+
+MAX_CAPTION_TOKENS = 19  # bos + the longest caption above + eos
+
+
+def conflation_table(attribute: str, pairs: int) -> np.ndarray:
+  """(K,) the class each class is called when conflated (itself unless in the first pairs)."""
+  values = ATTRIBUTES[attribute]
+  table = np.arange(len(values))
+  if pairs > len(CONFUSIONS[attribute]):
+    raise ValueError(f"{attribute!r} has only {len(CONFUSIONS[attribute])} conflatable pairs, "
+                     f"asked for {pairs}")
+  for src, dst in CONFUSIONS[attribute][:pairs]:
+    table[values.index(src)] = values.index(dst)
+  return table
+
+
+def caption_ids(attrs: Mapping[str, np.ndarray], rng: np.random.Generator,
+                mention: Mapping[str, float], noise: Mapping[str, float] | None = None,
+                confuse: Mapping[str, int] | None = None, confuse_rate: float = 0.0,
+                length: int = MAX_CAPTION_TOKENS) -> tuple[np.ndarray, np.ndarray]:
+  """Attributes {name: int (B,)} -> (ids (B, length) int32, mask (B, length) int32).
+
+  mention[a]: probability that attribute ``a`` is mentioned (missing -> 0). noise[a]:
+  probability that a mentioned value is replaced by a uniform random one. confuse[a]: number of
+  conflated pairs of ``a`` (see the module docstring), applied with probability
+  ``confuse_rate``. Right-padded with the pad id; every row is ``bos ... eos``; ``length`` must
+  be at least ``MAX_CAPTION_TOKENS``.
+  """
+  if length < MAX_CAPTION_TOKENS:
+    raise ValueError(f"length must be >= {MAX_CAPTION_TOKENS}, got {length}")
+  noise = noise or {}
+  confuse = confuse or {}
+  unknown = (set(mention) | set(noise) | set(confuse)) - set(ATTRIBUTES)
+  if unknown:
+    raise ValueError(f"unknown attributes in caption settings: {sorted(unknown)}")
+  b = int(attrs["shape"].shape[0])
+  said, value = {}, {}
+  for a in ATTRIBUTES:  # fixed order: the stream is a pure function of the rng state
+    said[a] = rng.uniform(size=b) < float(mention.get(a, 0.0))
+    conflate = rng.uniform(size=b) < float(confuse_rate)
+    flip = rng.uniform(size=b) < float(noise.get(a, 0.0))
+    rand = rng.integers(0, len(ATTRIBUTES[a]), size=b)
+    v = np.asarray(attrs[a])
+    v = np.where(conflate, conflation_table(a, int(confuse.get(a, 0)))[v], v)
+    value[a] = np.where(flip, rand, v)
+  const = lambda w: np.full(b, WORD_ID[w], np.int32)
+  word = lambda a, k=0: np.where(said[a], _value_ids(a, k)[value[a]], -1)
+  when = lambda cond, w: np.where(cond, WORD_ID[w], -1)
+  cols = [
+      const(tok.BOS), word("style"), const("photo"), word("size"), word("color"), word("fill"),
+      np.where(said["shape"], _value_ids("shape", 0)[value["shape"]], WORD_ID["shape"]),
+      word("position", 0), word("position", 1),
+      word("pattern"), word("tone"), when(said["pattern"] | said["tone"], "background"),
+      word("frame"), when(said["frame"], "frame"),
+      when(said["digit"], "digit"), word("digit"),
+      word("count"), np.where(said["count"], _COUNT_NOUN[value["count"]], -1),
+      const(tok.EOS),
+  ]
+  assert len(cols) == MAX_CAPTION_TOKENS
+  slots = np.stack(cols, axis=1)
+  order = np.argsort(slots < 0, axis=1, kind="stable")
+  ids = np.take_along_axis(slots, order, axis=1)
+  mask = ids >= 0
+  ids = np.where(mask, ids, tok.PAD_ID).astype(np.int32)
+  pad = np.full((b, length - ids.shape[1]), tok.PAD_ID, np.int32)
+  full_mask = np.concatenate([mask.astype(np.int32), np.zeros_like(pad)], axis=1)
+  return np.concatenate([ids, pad], axis=1), full_mask
+
+
+def caption_texts(ids: np.ndarray) -> list[str]:
+  """ids (B, T) -> the captions as text (special tokens dropped)."""
+  special = set(range(len(tok.SPECIAL_TOKENS)))
+  return [" ".join(VOCAB[i] for i in row if i not in special) for row in np.asarray(ids)]

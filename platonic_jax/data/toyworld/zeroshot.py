@@ -1,0 +1,106 @@
+"""Zero-shot and linear-probe accuracy of a model on a toy-world task (for tuning the world).
+
+Zero-shot follows the method's standard head: a class embedding is the mean over templates of
+normalised text embeddings, renormalised; the prediction is the argmax of the normalised image
+embedding against the class embeddings.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+
+def _normalize(x):
+  return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _encode_image(graphdef, method, state, x):
+  return getattr(nnx.merge(graphdef, state), method)(x)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _encode_text(graphdef, state, ids, mask):
+  return nnx.merge(graphdef, state).encode_text(ids, mask)
+
+
+def _bucket(n: int, size: int) -> int:
+  return max(size, -(-n // size) * size)
+
+
+def image_embeddings(model, images: np.ndarray, batch_size: int = 512,
+                     before_edit_point: bool = False) -> np.ndarray:
+  """images (n, 3, S, S) -> unnormalised embeddings (n, d) (or (n, h) before the edit point).
+
+  Batches are padded to a fixed size, so one compilation serves every call on a model.
+  """
+  graphdef, state = nnx.split(model.module)
+  method = "image_features_before_edit_point" if before_edit_point else "encode_image"
+  n = images.shape[0]
+  size = min(batch_size, _bucket(n, 128))
+  out = []
+  for i in range(0, n, size):
+    chunk = images[i:i + size]
+    pad = size - chunk.shape[0]
+    if pad:
+      chunk = np.concatenate([chunk, np.zeros((pad,) + chunk.shape[1:], chunk.dtype)])
+    out.append(np.asarray(_encode_image(graphdef, method, state, jnp.asarray(chunk)))[:size - pad])
+  return np.concatenate(out)
+
+
+def class_embeddings(model, classnames, templates) -> np.ndarray:
+  """C class names x templates -> Ghat (C, d): per class mean of normalised text embeddings."""
+  prompts = [t.format(c) for c in classnames for t in templates]
+  ids, mask = model.tokenize(prompts, length=model.max_text_length)
+  m = _bucket(len(prompts), 128)  # few distinct shapes -> few compilations
+  ids = np.concatenate([ids, np.zeros((m - len(prompts), ids.shape[1]), ids.dtype)])
+  mask = np.concatenate([mask, np.zeros((m - len(prompts), mask.shape[1]), mask.dtype)])
+  graphdef, state = nnx.split(model.module)
+  txt = _encode_text(graphdef, state, jnp.asarray(ids), jnp.asarray(mask))[:len(prompts)]
+  txt = _normalize(txt).reshape(len(classnames), len(templates), -1).mean(axis=1)
+  return np.asarray(_normalize(txt))
+
+
+def zero_shot_accuracy(model, task, split: str = "test", image_emb: np.ndarray | None = None) -> float:
+  """Top-1 zero-shot accuracy of ``model`` on ``task``'s split (image_emb: precomputed (n, d))."""
+  images, labels = getattr(task, split)
+  z = image_embeddings(model, images) if image_emb is None else image_emb
+  g = class_embeddings(model, task.classnames, task.templates)
+  pred = np.argmax(np.asarray(_normalize(jnp.asarray(z))) @ g.T, axis=1)
+  return float(np.mean(pred == labels))
+
+
+def linear_probe_accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
+                          test_y: np.ndarray, num_classes: int, steps: int = 300,
+                          lr: float = 0.05, seed: int = 0) -> float:
+  """Softmax regression on standardised features (n, h), full-batch Adam; test accuracy."""
+  mu, sd = train_x.mean(0), train_x.std(0) + 1e-6
+  xtr, xte = jnp.asarray((train_x - mu) / sd), jnp.asarray((test_x - mu) / sd)
+  ytr = jnp.asarray(train_y)
+  params = {"w": 0.01 * jax.random.normal(jax.random.key(seed), (xtr.shape[1], num_classes)),
+            "b": jnp.zeros((num_classes,))}
+  tx = optax.adamw(lr, weight_decay=1e-3)
+
+  def loss(p):
+    logits = xtr @ p["w"] + p["b"]
+    return optax.softmax_cross_entropy_with_integer_labels(logits, ytr).mean()
+
+  @jax.jit
+  def run(p):
+    def body(carry, _):
+      p, s = carry
+      g = jax.grad(loss)(p)
+      u, s = tx.update(g, s, p)
+      return (optax.apply_updates(p, u), s), None
+    (p, _), _ = jax.lax.scan(body, (p, tx.init(p)), None, length=steps)
+    return p
+
+  p = run(params)
+  pred = np.argmax(np.asarray(xte @ p["w"] + p["b"]), axis=1)
+  return float(np.mean(pred == test_y))

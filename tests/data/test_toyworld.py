@@ -1,0 +1,331 @@
+"""The toy world: determinism, independent attributes, captions and tokenizer, cache, micro world."""
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from experiments.configs import toy_world
+from platonic_jax.core import pretrain as pretrain_lib
+from platonic_jax.data import tokenizer as tok
+from platonic_jax.data.toyworld import captions, render, tasks as tasks_lib, world as world_lib
+from platonic_jax.data.toyworld import zeroshot
+
+
+def _attrs(n, seed=0):
+  return render.sample_attributes(np.random.default_rng(seed), n)
+
+
+# ---- images ----------------------------------------------------------------------------------
+
+def test_render_is_deterministic_in_seed():
+  a = _attrs(300)
+  x1, x2, x3 = render.render(a, [1, 2]), render.render(a, [1, 2]), render.render(a, [1, 3])
+  assert x1.shape == (300, 3, 32, 32) and x1.dtype == np.uint8
+  np.testing.assert_array_equal(x1, x2)
+  assert np.mean(x1 != x3) > 0.001  # nuisance (jitter, dot slots, grain) follows the seed
+  b = _attrs(300, seed=1)
+  assert np.mean(render.render(b, [1, 2]) != x1) > 0.3
+
+
+def test_each_attribute_changes_the_image_where_it_lives():
+  """Changing one attribute alone (same seed) changes pixels, and only in its region."""
+  # first value of everything: object top left, digit bottom right, one dot elsewhere
+  base = {a: np.zeros(64, np.int32) for a in render.ATTRIBUTES}
+  x0 = render.render(base, 7).astype(int)
+  half = 16
+  regions = {"object": (slice(0, half), slice(0, half)), "digit": (slice(half, 32), slice(half, 32))}
+  for a, values in render.ATTRIBUTES.items():
+    for v in range(1, len(values)):
+      attrs = {k: w.copy() for k, w in base.items()}
+      attrs[a][:] = v
+      diff = np.abs(render.render(attrs, 7).astype(int) - x0).sum(axis=(0, 1)) > 0  # (32, 32)
+      assert diff.any(), f"{a}={values[v]} does not change the image"
+      if a in ("shape", "color", "size", "fill"):
+        outside = diff.copy()
+        outside[regions["object"]] = False
+        assert not outside[2:-2, 2:-2].any(), f"{a} changes pixels outside the object quadrant"
+      if a == "digit":
+        outside = diff.copy()
+        outside[regions["digit"]] = False
+        assert not outside.any(), "the digit changes pixels outside its quadrant"
+
+
+def test_attributes_are_independent_and_uniform():
+  n = 40_000
+  a = _attrs(n, seed=3)
+  names = list(render.ATTRIBUTES)
+  for name in names:
+    k = len(render.ATTRIBUTES[name])
+    freq = np.bincount(a[name], minlength=k) / n
+    assert np.abs(freq - 1 / k).max() < 0.01, name
+  for i, p in enumerate(names):
+    for q in names[i + 1:]:
+      kp, kq = len(render.ATTRIBUTES[p]), len(render.ATTRIBUTES[q])
+      joint = np.bincount(a[p] * kq + a[q], minlength=kp * kq).reshape(kp, kq) / n
+      expected = np.outer(joint.sum(1), joint.sum(0))
+      chi2 = n * np.sum((joint - expected) ** 2 / expected)
+      dof = (kp - 1) * (kq - 1)
+      assert chi2 < dof + 6 * np.sqrt(2 * dof), (p, q, chi2, dof)
+
+
+def test_normalize_matches_the_preprocessor():
+  from PIL import Image
+  x = render.render(_attrs(4), 0)
+  pil = [Image.fromarray(im.transpose(1, 2, 0)) for im in x]
+  np.testing.assert_allclose(world_lib.preprocessor(32)(pil), render.normalize(x), atol=1e-6)
+
+
+# ---- tasks -----------------------------------------------------------------------------------
+
+def test_tasks_are_deterministic_with_consistent_labels_and_probes():
+  t1 = tasks_lib.build_tasks(5, 32, n_train=120, n_test=80, n_probes=30)
+  t2 = tasks_lib.build_tasks(5, 32, n_train=120, n_test=80, n_probes=30)
+  t3 = tasks_lib.build_tasks(6, 32, n_train=120, n_test=80, n_probes=30)
+  assert list(t1) == list(tasks_lib.DOWNSTREAM) + list(tasks_lib.CONTROLS)
+  assert len(tasks_lib.DOWNSTREAM) == 8 and len(tasks_lib.CONTROLS) == 2
+  control_attrs = {a for n in tasks_lib.CONTROLS for a in tasks_lib.SPECS[n].attributes}
+  down_attrs = {a for n in tasks_lib.DOWNSTREAM for a in tasks_lib.SPECS[n].attributes}
+  assert not control_attrs & down_attrs
+  for name, task in t1.items():
+    other = t2[name]
+    np.testing.assert_array_equal(task.train[0], other.train[0])
+    np.testing.assert_array_equal(task.test[1], other.test[1])
+    assert task.probe_ids == other.probe_ids
+    assert not np.array_equal(task.train[0], t3[name].train[0])  # another seed, other images
+    assert task.train[0].shape == (120, 3, 32, 32) and task.train[0].dtype == np.float32
+    assert task.test[1].shape == (80,) and task.test[1].max() < task.num_classes
+    np.testing.assert_array_equal(task.probes, task.train[0][list(task.probe_ids)])
+    assert len(set(task.probe_ids)) == 30 and list(task.probe_ids) == sorted(task.probe_ids)
+    assert 2 <= len(task.templates) <= 4 and all(t.count("{}") == 1 for t in task.templates)
+    assert len(set(task.classnames)) == task.num_classes
+  assert t1["look"].num_classes == 128 and t1["scene"].num_classes == 32
+  # probes of different tasks are different draws
+  assert t1["shape"].probe_ids != t1["color"].probe_ids
+
+
+def test_combination_labels_name_their_attributes():
+  attrs = _attrs(500, seed=9)
+  spec = tasks_lib.SPECS["look"]
+  labels = spec.labels(attrs)
+  for i in range(0, 500, 37):
+    name = spec.classnames[labels[i]]
+    for a in spec.attributes:
+      assert tasks_lib.phrase(a, render.ATTRIBUTES[a][attrs[a][i]]) in name
+
+
+# ---- captions and tokenizer --------------------------------------------------------------------
+
+def test_caption_ids_round_trip_through_the_tokenizer_and_follow_mention_rates():
+  a = _attrs(400)
+  rng = np.random.default_rng(0)
+  mention = {"color": 1.0, "shape": 0.5, "digit": 0.0, "tone": 1.0}
+  ids, mask = captions.caption_ids(a, rng, mention, length=30)
+  assert ids.shape == (400, 30) and mask.shape == (400, 30)
+  texts = captions.caption_texts(ids)
+  t = captions.word_tokenizer(30)
+  enc = t(texts, padding="max_length", max_length=30, return_tensors="np")
+  np.testing.assert_array_equal(enc["input_ids"], ids)
+  np.testing.assert_array_equal(enc["attention_mask"], mask)
+  for i, text in enumerate(texts):
+    words = text.split()
+    assert render.ATTRIBUTES["color"][a["color"][i]] in words
+    assert "digit" not in words
+    assert f"{render.ATTRIBUTES['tone'][a['tone'][i]]} background" in text
+  said_shape = np.mean([render.ATTRIBUTES["shape"][a["shape"][i]] in texts[i].split()
+                        for i in range(400)])
+  assert 0.4 < said_shape < 0.6
+  # noise 1.0 replaces values uniformly: roughly 1/8 of colors stay right
+  ids, _ = captions.caption_ids(a, rng, {"color": 1.0}, {"color": 1.0}, length=30)
+  right = np.mean([render.ATTRIBUTES["color"][a["color"][i]] in s.split()
+                   for i, s in enumerate(captions.caption_texts(ids))])
+  assert right < 0.25
+
+
+def test_conflation_renames_the_first_pairs_only():
+  a = _attrs(2000, seed=4)
+  rng = np.random.default_rng(1)
+  ids, _ = captions.caption_ids(a, rng, {"color": 1.0}, confuse={"color": 2}, confuse_rate=1.0)
+  said = [next(w for w in t.split() if w in render.ATTRIBUTES["color"])
+          for t in captions.caption_texts(ids)]
+  truth = [render.ATTRIBUTES["color"][c] for c in a["color"]]
+  renamed = dict(captions.CONFUSIONS["color"][:2])  # orange -> red, cyan -> green
+  for s_, t_ in zip(said, truth):
+    assert s_ == renamed.get(t_, t_)
+  assert "orange" not in said and "purple" in said
+  with pytest.raises(ValueError, match="conflatable"):
+    captions.conflation_table("size", 2)
+
+
+def test_view_schedule_cycles_views_by_weight():
+  cap = {"views": {"b": {"color": 1.0}, "a": {"shape": 1.0}}, "view_weights": {"b": 2}}
+  assert world_lib.view_schedule(cap) == ["a", "b", "b"]
+  with pytest.raises(ValueError, match="unknown views"):
+    world_lib.view_schedule({"views": {"a": {}}, "view_weights": {"c": 1}})
+
+
+def test_tokenizer_saves_loads_and_its_eos_is_not_two(tmp_path):
+  from transformers import AutoTokenizer
+  from platonic_jax.models.clip import eos_positions
+  t = tok.word_tokenizer(["a", "red", "circle", "7"], 12)
+  assert t.eos_token_id == tok.EOS_ID != 2
+  assert t.bos_token_id == tok.BOS_ID and t.pad_token_id == tok.PAD_ID
+  t.save_pretrained(tmp_path)
+  t2 = AutoTokenizer.from_pretrained(tmp_path)
+  texts = ["A red circle 7.", "a zebra"]
+  e1 = t(texts, padding="max_length", max_length=12, return_tensors="np")
+  e2 = t2(texts, padding="max_length", max_length=12, return_tensors="np")
+  np.testing.assert_array_equal(e1["input_ids"], e2["input_ids"])
+  assert e2["input_ids"][0, :6].tolist() == [tok.BOS_ID, 4, 5, 6, 7, tok.UNK_ID]
+  assert e2["input_ids"][1, :4].tolist() == [tok.BOS_ID, 4, tok.UNK_ID, tok.EOS_ID]
+  # the text tower pools at the first eos; the legacy rule (eos id 2: the highest id) would pool
+  # at a word, since word ids are above the eos id here
+  ids = jnp.asarray(e2["input_ids"])
+  assert np.asarray(eos_positions(ids, t2.eos_token_id)).tolist() == [6, 3]
+  assert np.asarray(eos_positions(ids, 2)).tolist() == [4, 1]
+  cfg = world_lib.hf_config(toy_world.get_config("micro").to_dict(), "clip-a")
+  assert cfg["text_config"]["eos_token_id"] == t2.eos_token_id
+  assert cfg["text_config"]["vocab_size"] == len(captions.VOCAB)
+
+
+# ---- trainer losses ----------------------------------------------------------------------------
+
+def test_clip_and_siglip_losses_match_a_numpy_reference():
+  rng = np.random.default_rng(0)
+  img, txt = rng.normal(size=(6, 5)), rng.normal(size=(6, 5))
+  scale, bias = 1.3, -2.0
+  ni = img / np.linalg.norm(img, axis=1, keepdims=True)
+  nt = txt / np.linalg.norm(txt, axis=1, keepdims=True)
+  logits = np.exp(scale) * ni @ nt.T
+  def ce(l):
+    l = l - l.max(1, keepdims=True)
+    return -np.mean(np.diag(l) - np.log(np.exp(l).sum(1)))
+  want = 0.5 * (ce(logits) + ce(logits.T))
+  got = pretrain_lib.clip_loss(jnp.asarray(img), jnp.asarray(txt), jnp.asarray(scale))
+  np.testing.assert_allclose(float(got), want, rtol=1e-5)
+  z = logits + bias
+  sign = 2 * np.eye(6) - 1
+  want = np.sum(np.log1p(np.exp(-sign * z))) / 6
+  got = pretrain_lib.siglip_loss(jnp.asarray(img), jnp.asarray(txt), jnp.asarray(scale),
+                                 jnp.asarray(bias))
+  np.testing.assert_allclose(float(got), want, rtol=1e-5)
+  with pytest.raises(ValueError, match="logit_bias"):
+    pretrain_lib.siglip_loss(jnp.asarray(img), jnp.asarray(txt), jnp.asarray(scale), None)
+
+
+def test_identical_captions_are_positives_of_each_other():
+  rng = np.random.default_rng(1)
+  img, txt = jnp.asarray(rng.normal(size=(5, 4))), jnp.asarray(rng.normal(size=(5, 4)))
+  ids = jnp.asarray([[2, 7, 3], [2, 8, 3], [2, 7, 3], [2, 9, 3], [2, 8, 3]])
+  pos = pretrain_lib.duplicate_positives(ids)
+  want = np.array([[1, 0, 1, 0, 0], [0, 1, 0, 0, 1], [1, 0, 1, 0, 0], [0, 0, 0, 1, 0],
+                   [0, 1, 0, 0, 1]], bool)
+  np.testing.assert_array_equal(np.asarray(pos), want)
+  scale = jnp.asarray(0.7)
+  # identity positives reproduce CLIP's loss
+  np.testing.assert_allclose(
+      float(pretrain_lib.clip_loss(img, txt, scale, positives=jnp.eye(5, dtype=bool))),
+      float(pretrain_lib.clip_loss(img, txt, scale)), rtol=1e-6)
+  # with duplicates: the mean cross-entropy against uniform targets over the positives
+  ni = np.asarray(img) / np.linalg.norm(np.asarray(img), axis=1, keepdims=True)
+  nt = np.asarray(txt) / np.linalg.norm(np.asarray(txt), axis=1, keepdims=True)
+  logits = np.exp(0.7) * ni @ nt.T
+  def ce(l, p):
+    logp = l - np.log(np.exp(l).sum(1, keepdims=True))
+    return -np.mean(np.sum(p / p.sum(1, keepdims=True) * logp, axis=1))
+  np.testing.assert_allclose(float(pretrain_lib.clip_loss(img, txt, scale, positives=pos)),
+                             0.5 * (ce(logits, want) + ce(logits.T, want.T)), rtol=1e-5)
+
+
+# ---- the micro world: pretraining, cache, zero-shot --------------------------------------------
+
+@pytest.fixture(scope="module")
+def micro(tmp_path_factory):
+  config = toy_world.get_config("micro")
+  config.cache_dir = str(tmp_path_factory.mktemp("cache"))
+  calls = []
+  real = pretrain_lib.pretrain
+  def counting(*args, **kwargs):
+    calls.append(kwargs.get("name"))
+    return real(*args, **kwargs)
+  pretrain_lib.pretrain = counting
+  try:
+    world = world_lib.build_world(config, log=None)
+  finally:
+    pretrain_lib.pretrain = real
+  return config, world, calls
+
+
+def test_micro_world_builds_pretrained_models(micro):
+  config, world, calls = micro
+  assert calls == sorted(config.families.keys())
+  assert set(world.models) == set(config.families.keys())
+  assert world.downstream == tasks_lib.DOWNSTREAM and world.controls == tasks_lib.CONTROLS
+  for name, model in world.models.items():
+    info = world.pretrain_info[name]
+    assert not info["cached"] and model.name == name
+    assert os.path.isfile(os.path.join(info["cache_dir"], "meta.json"))
+    with open(os.path.join(info["cache_dir"], "meta.json")) as f:
+      losses = [l for _, l in json.load(f)["loss"]]
+    assert losses[-1] < losses[0] - 0.5  # the contrastive loss went down
+    assert model.tokenizer.eos_token_id == model.config["text_config"]["eos_token_id"] == tok.EOS_ID
+    spec = model.module.spec
+    assert spec.projection_dim == config.families[name].projection_dim
+  dims = {m.module.spec.projection_dim for m in world.models.values()}
+  assert len(dims) == len(world.models)  # families differ in embedding dimension
+  # no stray temporary directories
+  root = os.path.join(config.cache_dir, "toyworld")
+  assert not [d for d in os.listdir(root) if d.startswith(".tmp")]
+
+
+def test_micro_models_beat_chance_zero_shot(micro):
+  _, world, _ = micro
+  test_x = world.tasks["shape"].test[0]
+  for name, model in world.models.items():
+    z = zeroshot.image_embeddings(model, test_x)
+    gains = {t.name: zeroshot.zero_shot_accuracy(model, t, image_emb=z) - 1 / t.num_classes
+             for t in world.tasks.values()}
+    assert max(gains.values()) > 0.15, (name, gains)
+    assert sum(g > 0.05 for g in gains.values()) >= 2, (name, gains)
+
+
+def test_cached_rebuild_does_not_retrain_and_gives_identical_models(micro, monkeypatch):
+  config, world, _ = micro
+  def refuse(*args, **kwargs):
+    raise AssertionError("a cached family was retrained")
+  monkeypatch.setattr(pretrain_lib, "pretrain", refuse)
+  again = world_lib.build_world(config, log=None)
+  for name, model in again.models.items():
+    assert again.pretrain_info[name]["cached"]
+    old = world.models[name]
+    x = world.tasks["shape"].probes
+    np.testing.assert_array_equal(zeroshot.image_embeddings(model, x),
+                                  zeroshot.image_embeddings(old, x))
+    assert model.fingerprint() == old.fingerprint()
+    ids, mask = model.tokenize(["photo red shape"])
+    ids_old, _ = old.tokenize(["photo red shape"])
+    np.testing.assert_array_equal(ids, ids_old)
+  # another seed is another cache entry
+  other = toy_world.get_config("micro")
+  other.seed = 1
+  assert world_lib.family_key(other.to_dict(), "clip-a") != world_lib.family_key(
+      config.to_dict(), "clip-a")
+
+
+def test_micro_model_exports_to_hugging_face_layout_and_loads_back(micro, tmp_path):
+  from platonic_jax.convert.hf import export_hf, load_model
+  from transformers import CLIPConfig
+  _, world, _ = micro
+  model = world.models["clip-a"]
+  out = export_hf(model, str(tmp_path / "clip-a"))
+  hf = CLIPConfig.from_pretrained(out)
+  assert hf.text_config.eos_token_id == tok.EOS_ID and hf.vision_config.image_size == 32
+  back = load_model(out)
+  x = world.tasks["color"].probes
+  np.testing.assert_allclose(zeroshot.image_embeddings(back, x),
+                             zeroshot.image_embeddings(model, x), atol=1e-6)
+  prompts = ["photo red shape"]
+  np.testing.assert_array_equal(back.tokenize(prompts)[0], model.tokenize(prompts)[0])

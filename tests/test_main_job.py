@@ -1,0 +1,65 @@
+"""The main job end to end on the micro toy world (cold: pretraining included)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+  cache = tmp_path_factory.mktemp("cache")
+  work = tmp_path_factory.mktemp("work")
+  env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
+  out = subprocess.run(
+      [sys.executable, "-m", "experiments.main", "--config=experiments/configs/main.py:micro",
+       f"--workdir={work}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  return work, out.stdout
+
+
+def test_outputs_written(run):
+  work, stdout = run
+  for name in ("results.jsonl", "summary.json", "negation.png"):
+    assert os.path.getsize(os.path.join(work, name)) > 0, name
+  assert "Table 1: addition" in stdout and "Table 2: negation" in stdout
+  assert "Source and target are different models" in stdout
+
+
+def test_summary_layout(run):
+  work, _ = run
+  s = json.load(open(os.path.join(work, "summary.json")))
+  for kind, role in (("addition", "composed"), ("negation", "removed")):
+    for setting in ("same_model", "cross_model"):
+      block = s[kind][setting]
+      assert {"closed_form", "adapter", "random_utd"} <= set(block), (kind, setting, block)
+      for method, v in block.items():
+        assert set(v) == {role, "controls", "cells"}
+    assert "weight_space" in s[kind]["same_model"] and "weight_space" not in s[kind]["cross_model"]
+    assert "oracle" in s[kind]["cross_model"]
+  assert "oracle_retention" in s and s["runtime_s"] > 0
+  assert len(s["negation_curve"]["strength"]) == len(s["negation_curve"]["removed"])
+
+
+def test_records_are_consistent(run):
+  work, _ = run
+  recs = [json.loads(l) for l in open(os.path.join(work, "results.jsonl"))]
+  assert recs
+  s = json.load(open(os.path.join(work, "summary.json")))
+  cf = [r for r in recs if r["kind"] == "addition" and r["setting"] == "cross_model"
+        and r["method"] == "closed_form"]
+  mean = sum(r["composed"] for r in cf) / len(cf)
+  assert abs(mean - s["addition"]["cross_model"]["closed_form"]["composed"]) < 1e-3
+  for r in recs:
+    for t, acc in r["accuracy"].items():
+      assert 0.0 <= acc <= 100.0
+      assert abs(r["delta"][t] - (acc - s["zero_shot"][r["target"]][t])) < 1e-2
+  # the adapter ran on exactly the named cells
+  named = {(c[0], tuple(c[1]), tuple(c[2])) for c in s["adapter_cells"]["addition"]}
+  ran = {(r["target"], tuple(r["tasks"]), tuple(r["sources"])) for r in recs
+         if r["kind"] == "addition" and r["method"] == "adapter"}
+  assert ran == named

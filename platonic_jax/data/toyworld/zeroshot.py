@@ -25,11 +25,6 @@ def _encode_image(graphdef, method, state, x):
   return getattr(nnx.merge(graphdef, state), method)(x)
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _encode_text(graphdef, state, ids, mask):
-  return nnx.merge(graphdef, state).encode_text(ids, mask)
-
-
 def _bucket(n: int, size: int) -> int:
   return max(size, -(-n // size) * size)
 
@@ -56,15 +51,8 @@ def image_embeddings(model, images: np.ndarray, batch_size: int = 512,
 
 def class_embeddings(model, classnames, templates) -> np.ndarray:
   """C class names x templates -> Ghat (C, d): per class mean of normalised text embeddings."""
-  prompts = [t.format(c) for c in classnames for t in templates]
-  ids, mask = model.tokenize(prompts, length=model.max_text_length)
-  m = _bucket(len(prompts), 128)  # few distinct shapes -> few compilations
-  ids = np.concatenate([ids, np.zeros((m - len(prompts), ids.shape[1]), ids.dtype)])
-  mask = np.concatenate([mask, np.zeros((m - len(prompts), mask.shape[1]), mask.dtype)])
-  graphdef, state = nnx.split(model.module)
-  txt = _encode_text(graphdef, state, jnp.asarray(ids), jnp.asarray(mask))[:len(prompts)]
-  txt = _normalize(txt).reshape(len(classnames), len(templates), -1).mean(axis=1)
-  return np.asarray(_normalize(txt))
+  from platonic_jax import embed
+  return embed.class_embeddings(model, classnames, templates)
 
 
 def zero_shot_accuracy(model, task, split: str = "test", image_emb: np.ndarray | None = None) -> float:

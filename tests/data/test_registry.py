@@ -152,3 +152,12 @@ def test_imagenet_names_and_templates_match_the_reference():
   assert names[657] == "missile" and names[837] == "sunglasses"
   templates = [t("{}") if callable(t) else t for t in ref["OPENAI_IMAGENET_TEMPLATES"]]
   assert tuple(templates) == ours.templates
+
+
+def test_every_task_has_a_build_md_section():
+  path = os.path.join(os.path.dirname(__file__), "..", "..", "BUILD.md")
+  with open(path) as f:
+    text = f.read()
+  assert "## Preparing datasets" in text
+  for name in registry.TASKS:
+    assert f"\n### {registry.get_task(name).build_section}\n" in text, name

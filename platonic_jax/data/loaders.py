@@ -55,7 +55,7 @@ import os
 import threading
 import warnings
 import wave
-from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -162,7 +162,8 @@ def decode_audio(data: bytes | str, where: str) -> tuple[np.ndarray, int]:
         raw = w.readframes(w.getnframes())
       x = _pcm_to_float(raw, width, channels)
   except errors as e:
-    hint = "" if soundfile is not None else " (only PCM WAV without soundfile: pip install soundfile)"
+    hint = ("" if soundfile is not None else
+            " (without soundfile only PCM WAV is read: pip install soundfile)")
     raise CorruptFileError(f"{where}: cannot decode audio ({type(e).__name__}: {e}){hint}") from e
   if x.size == 0:
     raise CorruptFileError(f"{where}: audio has no samples")
@@ -474,7 +475,8 @@ def _match_names(spec: TaskSpec, names: Sequence[str], where: str, what: str,
 def _check_labels(labels: np.ndarray, k: int, where: str) -> None:
   if labels.size and (labels.min() < 0 or labels.max() >= k):
     bad = labels[(labels < 0) | (labels >= k)]
-    raise DatasetFormatError(f"{where}: labels must lie in [0, {k}), found {sorted(set(bad.tolist()))[:10]}")
+    raise DatasetFormatError(f"{where}: labels must lie in [0, {k}), found "
+                             f"{sorted(set(bad.tolist()))[:10]}")
 
 
 def _load_folder(spec: TaskSpec, path: str, allow_missing: bool):

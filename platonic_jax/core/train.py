@@ -278,21 +278,38 @@ def check_labels(labels, n: int, C: int) -> np.ndarray:
 def _ce_loss(module, consts, batch):
   """``sign * CE`` of the zero-shot head on one mini-batch (sign -1: gradient ascent)."""
   (b,) = batch
-  logits = head_logits(module, image_affinity(module, b["x"], consts["G"]))
+  logits = head_logits(module, image_affinity(module, b["x"], consts["G"])) + consts["mask"]
   ce = cross_entropy(logits, b["y"])
   return consts["sign"] * ce, ce
 
 
+def pad_head(G: jax.Array, pad_classes: int | None) -> tuple[jax.Array, np.ndarray]:
+  """G (C, d) -> (G padded with zero rows to ``pad_classes`` rows, additive logit mask (C',)
+  that is 0 on real classes and -1e9 on padding). Padded classes take no probability mass, so
+  the loss and its gradients are those of the unpadded head; runs on heads of different sizes
+  then share one compiled step."""
+  C = G.shape[0]
+  if pad_classes is None or pad_classes == C:
+    return G, np.zeros((C,), np.float32)
+  if pad_classes < C:
+    raise ValueError(f"pad_classes={pad_classes} is smaller than the head's {C} classes")
+  G = jnp.concatenate([G, jnp.zeros((pad_classes - C, G.shape[1]), G.dtype)])
+  return G, np.where(np.arange(pad_classes) < C, 0.0, -1e9).astype(np.float32)
+
+
 def labeled_training(model: DualEncoder, images, labels, G, recipe: Recipe, *,
-                     ascend: bool = False) -> tuple[DualEncoder, np.ndarray]:
+                     ascend: bool = False,
+                     pad_classes: int | None = None) -> tuple[DualEncoder, np.ndarray]:
   """Cross-entropy on the frozen zero-shot head (descended, or ascended when ``ascend``).
 
-  images (N, 3, H, W), labels (N,), G (C, d). Returns (model with unmerged adapter, losses).
+  images (N, 3, H, W), labels (N,), G (C, d). pad_classes: see ``pad_head`` (same result,
+  one compilation for every head size up to it). Returns (model with unmerged adapter, losses).
   """
   images = check_images(model, images)
   G = check_G(model, G)
   labels = check_labels(labels, images.shape[0], G.shape[0])
-  consts = {"G": G, "sign": np.float32(-1.0 if ascend else 1.0)}
+  G, mask = pad_head(G, pad_classes)
+  consts = {"G": G, "mask": mask, "sign": np.float32(-1.0 if ascend else 1.0)}
   return train_lora(model, _ce_loss, consts, [{"x": images, "y": labels}], recipe)
 
 
@@ -300,18 +317,19 @@ def finetune_source(model: DualEncoder, images, labels, G, *, rank: int = 4,
                     alpha: float | None = None, targets: Sequence[str] | None = None,
                     steps: int = 1000, lr: float = 1e-3, batch: int = 64,
                     warmup: int | None = None, weight_decay: float = 1e-4, seed: int = 0,
-                    merge: bool = False) -> DualEncoder:
+                    merge: bool = False, pad_classes: int | None = None) -> DualEncoder:
   """A labeled source fine-tune (METHOD "Sources"); ``model`` is not changed.
 
   Rank-``rank`` LoRA on ``targets`` (default the family's vision q/v), cross-entropy of
   ``exp(logit_scale) * A + logit_bias`` against ``labels``, AdamW with warm-up + cosine decay.
   images (N, 3, H, W) preprocessed, labels (N,) in [0, C), G (C, d) the frozen text head.
   Returns the fine-tuned model: adapter kept unmerged (for ``save_adapter``, task vectors and
-  weight-space arithmetic) unless ``merge``.
+  weight-space arithmetic) unless ``merge``. pad_classes: pad the head to this many classes
+  (identical training; fine-tunes on tasks of different sizes share one compiled step).
   """
   recipe = Recipe(rank=rank, alpha=alpha, targets=targets, steps=steps, lr=lr, batch=batch,
                   warmup=warmup, weight_decay=weight_decay, seed=seed)
-  out, _ = labeled_training(model, images, labels, G, recipe)
+  out, _ = labeled_training(model, images, labels, G, recipe, pad_classes=pad_classes)
   return finish(out, merge)
 
 

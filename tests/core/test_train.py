@@ -134,6 +134,20 @@ def adapters_equal(a: DualEncoder, b: DualEncoder) -> bool:
       and np.array_equal(np.asarray(x[p].b), np.asarray(y[p].b)) for p in x)
 
 
+def test_padded_head_trains_exactly_like_the_unpadded_one():
+  w = world()
+  t = w.tasks["colour"]
+  kw = dict(SOURCE, steps=4)
+  a = train.finetune_source(w.pre, t["X"], t["Y"], t["G"], seed=7, **kw)
+  b = train.finetune_source(w.pre, t["X"], t["Y"], t["G"], seed=7, pad_classes=C + 5, **kw)
+  x, y = lora.adapters(a.module), lora.adapters(b.module)
+  for p in x:
+    np.testing.assert_allclose(np.asarray(x[p].b), np.asarray(y[p].b), rtol=1e-5, atol=1e-7)
+    assert np.abs(np.asarray(x[p].b)).max() > 0  # it trained
+  with pytest.raises(ValueError, match="pad_classes=2 is smaller"):
+    train.finetune_source(w.pre, t["X"], t["Y"], t["G"], pad_classes=2, **kw)
+
+
 def test_source_finetune_lifts_accuracy_well_above_zero_shot():
   w = world()
   for name, t in w.tasks.items():

@@ -1,0 +1,549 @@
+"""A study: models x tasks, with everything an experiment reads computed once and cached.
+
+    study = Study(models, tasks, cache_dir="~/.cache/platonic_jax/experiments",
+                  downstream=("eurosat", "dtd"), controls=("cifar100", "imagenet"))
+    e = study.emb("clip-l", "eurosat")              # G (C, d), probes (n, d), test (N, d)
+    src = study.source("clip-l", "eurosat")         # labeled rank-4 fine-tune + its descriptor
+    ops = study.operators("siglip-l", "eurosat", ["clip-l", "random~clip-l"])
+    study.closed_form_accuracy("siglip-l", ["eurosat", "cifar100"], [(ops["clip-l"], 0.5)])
+
+Caches under ``cache_dir``, all keyed by content (safe to share between experiments and runs):
+
+    embeddings/<sha>.safetensors   pre-trained embeddings per model x split (``EmbeddingCache``)
+    sources/<sha>/                 a source fine-tune: Orbax LoRA adapter, descriptor, meta.json
+    bank/                          the ``OperatorBank`` of closed-form operators
+
+An embedding is keyed by the model's fingerprint and the split's content hash; a source by the
+model's fingerprint, the task's content (train split, probes, prompts) and the recipe; an
+operator by the target's id, the task, and a source id that hashes the descriptor it solves,
+the fine-tune seed and the selection settings. ``counts`` records what this object actually
+computed (embedding runs, fine-tunes, solves), so a resumed sweep can be checked to redo
+nothing.
+
+Source specs (what ``operators`` accepts): a model name (that model's fine-tune on the task),
+``"random~<model>"`` (the random-UTD control at that source's norm, seeded by the cell), and
+``"consensus(<m1>,<m2>,...)"`` (the mean of those sources' descriptors).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+import re
+import shutil
+import tempfile
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from platonic_jax.sweep import EmbeddingCache, content_hash, plain
+
+_SOURCE_VERSION = "source/1"
+_OPERATOR_VERSION = "operator/1"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TaskData:
+  """A classification task as a study reads it (the toy world's ``Task`` has the same fields).
+
+  train / test: (images, labels (n,) int32). images: float32 ``(n, 3, H, W)`` preprocessed
+  arrays shared by every model, or a list of PIL images / uint8 arrays that each model's own
+  preprocessor turns into pixels. probes: the probe images (``train`` rows ``probe_ids``).
+  """
+  name: str
+  classnames: tuple[str, ...]
+  templates: tuple[str, ...]
+  train: tuple[Any, np.ndarray]
+  test: tuple[Any, np.ndarray]
+  probes: Any
+  probe_ids: tuple[int, ...]
+  control: bool = False
+
+  @property
+  def num_classes(self) -> int:
+    return len(self.classnames)
+
+
+@dataclasses.dataclass
+class TaskEmbeddings:
+  """One model on one task: G (C, d) head, probes (n, d), test (N, d) normalised embeddings."""
+  G: np.ndarray
+  probes: np.ndarray
+  test: np.ndarray
+
+
+@dataclasses.dataclass
+class Source:
+  """A labeled source fine-tune of ``model`` on ``task`` (``seed``) and its descriptor.
+
+  ceiling: the fine-tune's own test accuracy in percent (paper Table 22). path: its cache entry.
+  ``finetuned()`` loads the model with the adapter attached (unmerged), for weight-space
+  arithmetic.
+  """
+  model: str
+  task: str
+  seed: int
+  descriptor: Any
+  ceiling: float
+  path: str
+  _load: Callable[[], Any] = dataclasses.field(repr=False, default=None)
+
+  def finetuned(self):
+    return self._load()
+
+
+def head_bucket(num_classes: int) -> int:
+  """The padded head size of a fine-tune: the next power of two (at least 8), so fine-tunes on
+  tasks of similar sizes share one compiled step (``train.finetune_source(pad_classes=...)``)."""
+  return max(8, 1 << (int(num_classes) - 1).bit_length())
+
+
+def _is_pixels(images) -> bool:
+  return isinstance(images, np.ndarray) and images.ndim == 4 and np.issubdtype(images.dtype,
+                                                                                np.floating)
+
+
+class Study:
+  """Models and tasks plus the content-keyed caches (see the module docstring).
+
+  models: name -> DualEncoder. tasks: name -> TaskData (or the toy world's Task).
+  downstream / controls: the task names experiments compose and the controls they report.
+  source: the fine-tune recipe {rank, steps, lr, batch, seed}. seed: selection folds and
+  random-UTD draws. folds: K of the label-free selection.
+  """
+
+  def __init__(self, models: Mapping[str, Any], tasks: Mapping[str, Any], *, cache_dir: str,
+               downstream: Sequence[str], controls: Sequence[str], source: Mapping[str, Any],
+               seed: int = 0, folds: int = 5, embed_batch: int = 256,
+               log: Callable[[str], None] = print):
+    self.models = dict(models)
+    self.tasks = dict(tasks)
+    unknown = [t for t in list(downstream) + list(controls) if t not in self.tasks]
+    if unknown:
+      raise ValueError(f"unknown tasks {unknown}; the study has {sorted(self.tasks)}")
+    self.downstream = tuple(downstream)
+    self.controls = tuple(controls)
+    self.source_recipe = {k: source[k] for k in ("rank", "steps", "lr", "batch", "seed")}
+    self.seed = int(seed)
+    self.folds = int(folds)
+    self.embed_batch = int(embed_batch)
+    self.log = log
+    self.cache_dir = os.path.abspath(os.path.expanduser(cache_dir))
+    self.embeddings = EmbeddingCache(os.path.join(self.cache_dir, "embeddings"))
+    self.counts: collections.Counter = collections.Counter()
+    self._bank = None
+    self._hashes: dict[int, tuple[Any, str]] = {}
+    self._fp: dict[str, str] = {}
+    self._emb: dict[tuple[str, str], TaskEmbeddings] = {}
+    self._pixels: dict[tuple[str, int], tuple[Any, np.ndarray]] = {}
+    self._sources: dict[tuple[str, str, int], Source] = {}
+    self._ops: dict[tuple[str, str, str, int], Any] = {}
+
+  # -- identity ------------------------------------------------------------------------------
+
+  def fingerprint(self, m: str) -> str:
+    if m not in self._fp:
+      self._fp[m] = self.model(m).fingerprint()
+    return self._fp[m]
+
+  def target_id(self, m: str) -> str:
+    return f"{self.model(m).name}@{self.fingerprint(m)[:16]}"
+
+  def model(self, m: str):
+    if m not in self.models:
+      raise ValueError(f"unknown model {m!r}; the study has {sorted(self.models)}")
+    return self.models[m]
+
+  def task(self, t: str):
+    if t not in self.tasks:
+      raise ValueError(f"unknown task {t!r}; the study has {sorted(self.tasks)}")
+    return self.tasks[t]
+
+  def add_task(self, task) -> None:
+    """Registers a derived task (a ``TaskData``); a different task under a taken name is an
+    error."""
+    old = self.tasks.get(task.name)
+    if old is not None and old is not task and self.task_hash(old) != self.task_hash(task):
+      raise ValueError(f"task {task.name!r} is already registered with other content")
+    self.tasks[task.name] = task
+
+  def array_hash(self, images) -> str:
+    """Content hash of an image array or list (memoised per object)."""
+    hit = self._hashes.get(id(images))
+    if hit is not None and hit[0] is images:
+      return hit[1]
+    if isinstance(images, np.ndarray):
+      h = content_hash(images)
+    else:
+      h = content_hash(*[np.asarray(x) for x in images])
+    self._hashes[id(images)] = (images, h)
+    return h
+
+  def task_hash(self, t) -> str:
+    """Content hash of a task: prompts, probes, both labeled splits."""
+    task = self.task(t) if isinstance(t, str) else t
+    return content_hash("task", task.name, list(task.classnames), list(task.templates),
+                        list(task.probe_ids), self.array_hash(task.probes),
+                        self.array_hash(task.train[0]), np.asarray(task.train[1]),
+                        self.array_hash(task.test[0]), np.asarray(task.test[1]))
+
+  # -- pixels and embeddings -----------------------------------------------------------------
+
+  def pixels(self, m: str, images) -> np.ndarray:
+    """``(n, 3, H, W)`` float32 inputs of model ``m`` (arrays pass through; raw images go
+    through the model's preprocessor once per model and object)."""
+    if _is_pixels(images):
+      return images
+    model = self.model(m)
+    key = (m, id(images))
+    hit = self._pixels.get(key)
+    if hit is None or hit[0] is not images:
+      if model.preprocessor is None:
+        raise ValueError(f"model {m!r} has no preprocessor for raw images")
+      hit = (images, np.asarray(model.preprocessor(list(images)), np.float32))
+      self._pixels[key] = hit
+    return hit[1]
+
+  def embed_images(self, m: str, arrays: Sequence) -> list[np.ndarray]:
+    """Cached pre-trained image embeddings ``(n_i, d)`` of several image sets, computed in one
+    run for those missing."""
+    fp = self.fingerprint(m)
+    keys = [content_hash("image/1", fp, self.array_hash(a)) for a in arrays]
+
+    def compute(missing):
+      from platonic_jax.pipeline import embed_unique
+      self.counts["embed_images"] += 1
+      return embed_unique(self.model(m), [self.pixels(m, arrays[i]) for i in missing])
+    return self.embeddings.get_many(keys, compute)
+
+  def heads(self, m: str, tasks: Sequence[str]) -> list[np.ndarray]:
+    """Cached class embeddings ``(C_i, d)`` of several tasks (one text run for the missing)."""
+    fp = self.fingerprint(m)
+    specs = [(list(self.task(t).classnames), list(self.task(t).templates)) for t in tasks]
+    keys = [content_hash("head/1", fp, c, tp) for c, tp in specs]
+
+    def compute(missing):
+      from platonic_jax import embed as embed_lib
+      self.counts["embed_texts"] += 1
+      return embed_lib.class_embeddings_many(self.model(m), [specs[i] for i in missing])
+    return self.embeddings.get_many(keys, compute)
+
+  def prefetch(self, models: Sequence[str] | None = None, tasks: Sequence[str] | None = None):
+    """Embeds (or loads) every (model, task) pair in one run per model."""
+    models = list(models or self.models)
+    tasks = list(tasks or (self.downstream + self.controls))
+    for m in models:
+      todo = [t for t in tasks if (m, t) not in self._emb]
+      if not todo:
+        continue
+      Gs = self.heads(m, todo)
+      Zs = self.embed_images(m, [self.task(t).probes for t in todo]
+                             + [self.task(t).test[0] for t in todo])
+      for i, t in enumerate(todo):
+        self._emb[(m, t)] = TaskEmbeddings(G=Gs[i], probes=Zs[i], test=Zs[len(todo) + i])
+
+  def emb(self, m: str, t: str) -> TaskEmbeddings:
+    """The pre-trained embeddings of model ``m`` on task ``t`` (with the first, every
+    downstream task and control of ``m`` is embedded or loaded in one run)."""
+    if (m, t) not in self._emb:
+      self.prefetch([m], list(dict.fromkeys(list(self.downstream) + list(self.controls) + [t])))
+    return self._emb[(m, t)]
+
+  def zero_shot(self, m: str, t: str) -> float:
+    """Top-1 test accuracy (percent) of the pre-trained model."""
+    from platonic_jax.eval import zeroshot
+    e = self.emb(m, t)
+    return zeroshot.accuracy(e.test, self.task(t).test[1], e.G)
+
+  # -- sources ------------------------------------------------------------------------------
+
+  def _recipe(self, seed: int | None) -> dict:
+    r = dict(self.source_recipe)
+    if seed is not None:
+      r["seed"] = int(seed)
+    return r
+
+  def source(self, m: str, t: str, seed: int | None = None) -> Source:
+    """The labeled source fine-tune of model ``m`` on task ``t`` (cached on disk)."""
+    recipe = self._recipe(seed)
+    mkey = (m, t, recipe["seed"])
+    if mkey in self._sources:
+      return self._sources[mkey]
+    key = content_hash(_SOURCE_VERSION, self.fingerprint(m), self.task_hash(t), recipe)
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{m}-{t}")[:80]
+    path = os.path.join(self.cache_dir, "sources", f"{slug}-{key[:20]}")
+    if not os.path.isfile(os.path.join(path, "meta.json")):
+      self._finetune(m, t, recipe, path)
+    self._sources[mkey] = self._load_source(m, t, recipe["seed"], path)
+    return self._sources[mkey]
+
+  def _finetune(self, m: str, t: str, recipe: dict, path: str) -> None:
+    import time
+    from platonic_jax.core import train
+    from platonic_jax.core.descriptor import Descriptor, Provenance
+    from platonic_jax.core.grid import make_grid
+    from platonic_jax.eval import zeroshot
+    from platonic_jax.pipeline import embed_unique
+    task, e, model = self.task(t), self.emb(m, t), self.model(m)
+    t0 = time.time()
+    ft = train.finetune_source(model, self.pixels(m, task.train[0]), task.train[1], e.G,
+                               rank=recipe["rank"], steps=recipe["steps"], lr=recipe["lr"],
+                               batch=recipe["batch"], seed=recipe["seed"],
+                               pad_classes=head_bucket(task.num_classes))
+    self.counts["finetune"] += 1
+    ft_probes, ft_test = embed_unique(ft, [self.pixels(m, task.probes),
+                                           self.pixels(m, task.test[0])])
+    grid = make_grid(task.name, task.probe_ids, task.classnames, task.templates)
+    fid = f"{m}/{t}/lora{recipe['rank']}/seed{recipe['seed']}"
+    desc = Descriptor.from_embeddings(grid, e.probes, ft_probes, e.G,
+                                      provenance=Provenance(source=m, finetune=fid))
+    ceiling = zeroshot.accuracy(ft_test, task.test[1], e.G)
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".tmp-" + os.path.basename(path) + "-", dir=parent)
+    try:
+      train.save_adapter(os.path.join(tmp, "adapter"), ft)
+      desc.save(os.path.join(tmp, "descriptor.safetensors"))
+      meta = {"format": _SOURCE_VERSION, "model": m, "task": t, "recipe": recipe,
+              "ceiling": ceiling, "zero_shot": self.zero_shot(m, t),
+              "seconds": time.time() - t0, "finetune": fid}
+      with open(os.path.join(tmp, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1, sort_keys=True)
+      try:
+        os.replace(tmp, path)
+      except OSError:  # another process completed the same entry first: keep theirs
+        if not os.path.isfile(os.path.join(path, "meta.json")):
+          raise
+    finally:
+      shutil.rmtree(tmp, ignore_errors=True)
+    self.log(f"  fine-tune {m} on {t} (seed {recipe['seed']}): zero-shot "
+             f"{meta['zero_shot']:.1f} -> {ceiling:.1f}  ({meta['seconds']:.1f}s)")
+
+  def _load_source(self, m: str, t: str, seed: int, path: str) -> Source:
+    from platonic_jax.core import train
+    from platonic_jax.core.descriptor import Descriptor
+    with open(os.path.join(path, "meta.json")) as f:
+      meta = json.load(f)
+    desc = Descriptor.load(os.path.join(path, "descriptor.safetensors"))
+    loaded = []
+
+    def load():
+      if not loaded:
+        loaded.append(train.load_adapter(os.path.join(path, "adapter"), self.model(m)))
+      return loaded[0]
+    return Source(model=m, task=t, seed=seed, descriptor=desc, ceiling=float(meta["ceiling"]),
+                  path=path, _load=load)
+
+  # -- operators ----------------------------------------------------------------------------
+
+  @property
+  def bank(self):
+    if self._bank is None:
+      from platonic_jax.core.bank import OperatorBank
+      self._bank = OperatorBank(os.path.join(self.cache_dir, "bank"))
+    return self._bank
+
+  def descriptor(self, spec: str, t: str, seed: int | None = None, *, target: str = ""):
+    """The one-term descriptor a source spec gives on task ``t`` (see the module docstring).
+
+    The random-UTD draw is seeded by (study seed, target, task, spec), so it does not depend on
+    the order cells are computed in.
+    """
+    import jax
+    from platonic_jax.core.analysis import consensus, random_utd
+    from platonic_jax.core.descriptor import Descriptor, Provenance
+    if spec.startswith("random~"):
+      base = self.descriptor(spec[len("random~"):], t, seed)
+      term = base.only
+      h = content_hash("random/1", self.seed, target, t, spec, self._recipe(seed)["seed"])
+      key = jax.random.key(int(h[:8], 16))
+      return Descriptor.single(term.grid, random_utd(term.grid, term.U, key),
+                               provenance=Provenance(source=spec))
+    if spec.startswith("consensus(") and spec.endswith(")"):
+      members = [s for s in spec[len("consensus("):-1].split(",") if s]
+      if len(members) < 2:
+        raise ValueError(f"{spec}: a consensus needs at least two sources")
+      return consensus([self.descriptor(s, t, seed) for s in members])
+    return self.source(spec, t, seed).descriptor
+
+  def _source_id(self, spec: str, desc, seed: int | None) -> str:
+    U = np.asarray(desc.only.U)
+    h = content_hash(_OPERATOR_VERSION, U, desc.only.grid.version, self.folds, self.seed)
+    return f"{spec}~seed{self._recipe(seed)['seed']}~{h[:12]}"
+
+  def operators(self, target: str, t: str, specs: Sequence[str],
+                seed: int | None = None) -> dict[str, Any]:
+    """{spec: Operator} for target ``target`` on task ``t``: loaded from the bank, or solved
+    (one batched label-free selection over every missing spec) and stored."""
+    import dataclasses as dc
+    from platonic_jax.core.operator import Operator
+    from platonic_jax.core.select import select_rank_ridge
+    fs = self._recipe(seed)["seed"]
+    out, missing = {}, []
+    for spec in specs:
+      mk = (target, t, spec, fs)
+      if mk in self._ops:
+        out[spec] = self._ops[mk]
+        continue
+      desc = self.descriptor(spec, t, seed, target=target)
+      sid = self._source_id(spec, desc, seed)
+      key = (self.target_id(target), t, sid)
+      if key in self.bank:
+        out[spec] = self._ops[mk] = self.bank.get(*key)
+      else:
+        missing.append((spec, desc, sid))
+    if missing:
+      e = self.emb(target, t)
+      Us = [np.asarray(d.only.U) for _, d, _ in missing]
+      # Pad the batch of sources to a power of two (repeating the last) so selections of
+      # different sizes share compiled programs; the padding's results are dropped.
+      Us += Us[-1:] * (max(4, 1 << (len(Us) - 1).bit_length()) - len(Us))
+      sels = select_rank_ridge(e.probes, e.G, np.stack(Us), folds=self.folds, seed=self.seed)
+      for (spec, desc, sid), sel in zip(missing, sels):
+        op = Operator.solve(e.probes, e.G, desc, target_id=self.target_id(target),
+                            rank=sel.rank, ridge=sel.ridge, source=sid)
+        op = dc.replace(op, selection=sel)
+        self.counts["solve"] += 1
+        try:
+          self.bank.put(op)
+        except FileExistsError:  # solved concurrently by another process: same content
+          pass
+        out[spec] = self._ops[(target, t, spec, fs)] = op
+    return {s: out[s] for s in specs}
+
+  def operator(self, target: str, t: str, spec: str, seed: int | None = None):
+    return self.operators(target, t, [spec], seed)[spec]
+
+  # -- evaluation ---------------------------------------------------------------------------
+
+  def closed_form_accuracy(self, target: str, tasks: Sequence[str], terms) -> dict[str, float]:
+    """{task: test accuracy} of the target edited by ``terms`` [(Operator or W, strength)] in
+    embedding space (exactly the folded model's predictions)."""
+    from platonic_jax.core.operator import apply_operators
+    from platonic_jax.eval import zeroshot
+    out = {}
+    for t in tasks:
+      e = self.emb(target, t)
+      Z = e.test if not terms else np.asarray(apply_operators(e.test, terms))
+      out[t] = zeroshot.accuracy(Z, self.task(t).test[1], e.G)
+    return out
+
+  def model_accuracy(self, model, target: str, tasks: Sequence[str]) -> dict[str, float]:
+    """{task: test accuracy} of an edited model (adapter, weight-space, ...) with the target's
+    own heads; test sets shared between tasks are embedded once."""
+    from platonic_jax.eval import zeroshot
+    from platonic_jax.pipeline import embed_unique
+    Zs = embed_unique(model, [self.pixels(target, self.task(t).test[0]) for t in tasks])
+    return {t: zeroshot.accuracy(Z, self.task(t).test[1], self.emb(target, t).G)
+            for t, Z in zip(tasks, Zs)}
+
+  def adapter_inputs(self, target: str, tasks: Sequence[str]):
+    """(probes {task: (probe_ids, pixels)}, G {task: (C, d)}) for ``fit_adapter``."""
+    probes = {t: (self.task(t).probe_ids, self.pixels(target, self.task(t).probes))
+              for t in tasks}
+    return probes, {t: self.emb(target, t).G for t in tasks}
+
+
+# ----------------------------------------------------------------------------------------------
+# The data-source layer: a study from a config.
+
+
+def default_cache_dir() -> str:
+  root = os.environ.get("PLATONIC_JAX_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                              "platonic_jax")
+  return os.path.join(root, "experiments")
+
+
+def from_config(config, *, log: Callable[[str], None] = print, world=None) -> Study:
+  """The study a suite config describes.
+
+  ``config.data.source`` "toy": the toy world of ``config.data.world`` (built, or loaded from
+  its cache; ``world`` may pass one already built from the same config) with
+  ``config.data.families`` (empty: all). "real": ``config.data.models`` {name: Hugging Face id
+  or local directory} loaded by ``platonic_jax.load_model`` and the tasks of the data
+  registry read from ``config.data.root``.
+  """
+  data = config.data
+  downstream = list(data.tasks)
+  extra = list(data.get("extra_tasks", []))
+  if data.source == "toy":
+    from platonic_jax.data.toyworld import build_world
+    wanted = plain(data.world)
+    if world is None:
+      world = build_world(data.world, log=lambda s: log("  " + s),
+                          families=tuple(data.families) or None)
+    elif _world_key(plain(world.config)) != _world_key(wanted):
+      raise ValueError("the world passed in was built from another world config than "
+                       "config.data.world")
+    names = list(data.families) or sorted(world.models)
+    missing = [m for m in names if m not in world.models]
+    if missing:
+      raise ValueError(f"families {missing} are not in the world (it has {sorted(world.models)})")
+    models = {m: world.models[m] for m in names}
+    tasks = dict(world.tasks)
+    controls = list(data.controls) or list(world.controls)
+    downstream = downstream or list(world.downstream)
+  elif data.source == "real":
+    models, tasks = _real_data(config, downstream + list(data.controls) + extra, log)
+    controls = list(data.controls)
+  else:
+    raise ValueError(f"config.data.source must be 'toy' or 'real', got {data.source!r}")
+  return Study(models, tasks, cache_dir=config.cache_dir or default_cache_dir(),
+               downstream=downstream, controls=controls, source=config.source, seed=config.seed,
+               folds=config.folds, log=log)
+
+
+def _world_key(world_config: dict) -> str:
+  return content_hash({k: v for k, v in world_config.items() if k != "cache_dir"})
+
+
+def _real_data(config, task_names: Sequence[str], log) -> tuple[dict, dict]:
+  """Models from Hugging Face ids / directories and tasks from the data registry."""
+  from platonic_jax.api import load_model
+  try:
+    from platonic_jax.data import loaders, registry
+  except ImportError as e:
+    raise ImportError("config.data.source='real' needs platonic_jax.data.registry and "
+                      f"platonic_jax.data.loaders ({e})") from None
+  data = config.data
+  if not data.root:
+    raise ValueError("config.data.root is empty: point it at the datasets directory "
+                     "(--config.data.root=/path/to/data)")
+  models = {}
+  for name, ident in data.models.items():
+    log(f"  loading {name} from {ident}")
+    model = load_model(ident)
+    models[name] = dataclasses.replace(model, name=name)
+  tasks = {}
+  for t in task_names:
+    spec = registry.get_task(t)
+    train = loaders.load_split(spec, data.root, "train")
+    test = loaders.load_split(spec, data.root, "test")
+    train_x, train_y = _images_labels(train)
+    test_x, test_y = _images_labels(test)
+    if data.max_test and len(test_y) > data.max_test:
+      keep = np.sort(np.random.default_rng([config.seed, 7]).choice(len(test_y), data.max_test,
+                                                                      replace=False))
+      test_x, test_y = [test_x[i] for i in keep], test_y[keep]
+    ids = tuple(int(i) for i in registry.probe_indices(len(train_y), data.n_probes, config.seed))
+    tasks[t] = TaskData(name=t, classnames=tuple(spec.classnames),
+                        templates=tuple(spec.templates), train=(train_x, train_y),
+                        test=(test_x, test_y), probes=[train_x[i] for i in ids], probe_ids=ids,
+                        control=t in tuple(data.controls))
+    log(f"  task {t}: {len(train_y)} train, {len(test_y)} test, {len(ids)} probes")
+  return models, tasks
+
+
+def _images_labels(split) -> tuple[list, np.ndarray]:
+  """(images list, labels (n,) int32) from what ``loaders.load_split`` returns."""
+  if isinstance(split, Mapping):
+    images, labels = split.get("images"), split.get("labels")
+  elif isinstance(split, tuple) and len(split) == 2:
+    images, labels = split
+  else:
+    images, labels = getattr(split, "images", None), getattr(split, "labels", None)
+  if images is None or labels is None:
+    raise ValueError(f"cannot read images and labels from a {type(split).__name__} split")
+  return list(images), np.asarray(labels, np.int32)

@@ -3,6 +3,11 @@
     python -m experiments.main --workdir=/tmp/pj_main
     python -m experiments.main --config=experiments/configs/main.py:micro --workdir=/tmp/pj_micro
 
+A config with an ``experiment`` field (``experiments/configs/table*.py``) runs that paper
+table's resumable sweep instead (``experiments.tables``; rendered by ``experiments.report``):
+
+    python -m experiments.main --config=experiments/configs/table1_addition.py:micro --workdir=/tmp/t1
+
 Writes WORKDIR/results.jsonl (one record per cell and method), WORKDIR/summary.json and
 WORKDIR/negation.png, and prints the paper's Table 1 and Table 2 layouts.
 """
@@ -33,6 +38,10 @@ def main(argv):
   def log(s):
     print(f"[{time.time() - t0:7.1f}s] {s}", flush=True)
   config = _CONFIG.value
+  if config.get("experiment", "main") != "main":
+    from experiments import tables
+    tables.main(config, _WORKDIR.value if flags.FLAGS["workdir"].present else None, log)
+    return
   if config.compilation_cache:
     # Compiled XLA programs persist next to the pretrained weights, so a warm rerun skips them.
     jax.config.update("jax_compilation_cache_dir",

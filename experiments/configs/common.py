@@ -1,0 +1,96 @@
+"""The fields every experiment-suite config shares (``experiments/configs/table*.py``).
+
+Each table config calls ``base(experiment, arg)`` and then sets its own fields. ``arg``:
+
+  "" (default): the paper's models (Table 11) and tasks, read from ``--config.data.root``.
+  "toy": the full toy world (``experiments/configs/toy_world.py``), all four families.
+  "micro": the micro toy world with tiny step counts (what the tests run).
+
+Fields:
+  experiment: which ``experiments.tables`` module runs (the launcher dispatches on it).
+  variant, seed: the arg above; the seed of selection folds, random-UTD draws, adapter cells.
+  data.source: "real" or "toy". data.world: the toy world config. data.families: toy families
+    used (empty: all). data.models: {name: Hugging Face id or local dir} (real). data.tasks:
+    downstream tasks; data.controls: controls that never enter a fit. data.root: datasets
+    directory (real). data.n_probes / data.max_test: probes per task, test cap (0: none).
+  source: the labeled rank-4 source fine-tunes (rank, steps, lr, batch, seed).
+  folds: K of the label-free (rank, ridge) selection.
+  alpha / negation_lambda / weight_space_lambda: the strengths of METHOD.
+  distinct_sources: a cross-model composition draws its terms from different sources (the
+    paper's cross-model cells); off in the micro world, which has one other family.
+  adapter: the adapter realization (rank, steps, lr, batch) and ``cells``: how many cells of
+    each setting run it (seeded choice; -1 all, 0 none).
+  cache_dir: embeddings, sources and the operator bank ("" -> $PLATONIC_JAX_CACHE/experiments
+    or ~/.cache/platonic_jax/experiments); shared by all experiments, content-keyed.
+  compilation_cache: keep compiled XLA programs in the cache directory.
+
+``cache_dir``, ``compilation_cache`` and ``data.root`` do not enter the config hash that results
+are recorded under (see ``platonic_jax.sweep.NON_SEMANTIC``).
+"""
+
+import ml_collections
+
+from experiments.configs import toy_world
+
+VARIANTS = ("default", "toy", "micro")
+
+# Paper Table 11: the six Large families.
+MODELS = {
+    "clip-l": "openai/clip-vit-large-patch14",
+    "openclip-l": "laion/CLIP-ViT-L-14-laion2B-s32B-b82K",
+    "metaclip-l": "facebook/metaclip-l14-400m",
+    "eva-clip-l": "timm/eva02_large_patch14_clip_224.merged2b_s4b_b131k",
+    "siglip-l": "google/siglip-large-patch16-256",
+    "siglip2-l": "google/siglip2-large-patch16-256",
+}
+# The four that absorb the operator in their last affine layer (Tables 6, 7, 10, 16).
+ABSORBING = ("clip-l", "openclip-l", "metaclip-l", "eva-clip-l")
+TASKS = ("eurosat", "dtd", "cars", "gtsrb", "mnist", "resisc45", "svhn", "sun397")
+CONTROLS = ("cifar100", "imagenet")
+# Micro toy world: two families; the attributes its captions teach.
+MICRO_TASKS = ("color", "position")
+
+
+def first_family(c: ml_collections.ConfigDict) -> list[str]:
+  """The micro variants' one target (the world's first family): every table still has all
+  its blocks, at half the cost."""
+  return sorted(c.data.world.families)[:1]
+
+
+def base(experiment: str, arg: str | None) -> ml_collections.ConfigDict:
+  variant = arg or "default"
+  if variant not in VARIANTS:
+    raise ValueError(f"unknown variant {arg!r} for {experiment}; use one of "
+                     f"'' (paper models), 'toy', 'micro'")
+  c = ml_collections.ConfigDict()
+  c.experiment = experiment
+  c.variant = variant
+  c.seed = 0
+  c.data = ml_collections.ConfigDict()
+  c.data.source = "real" if variant == "default" else "toy"
+  c.data.world = toy_world.get_config("micro" if variant == "micro" else None)
+  c.data.families = []
+  c.data.models = dict(MODELS) if variant == "default" else {}
+  c.data.tasks = list(TASKS) if variant == "default" else []
+  c.data.controls = list(CONTROLS) if variant == "default" else []
+  c.data.extra_tasks = []
+  c.data.root = ""
+  c.data.n_probes = 500
+  c.data.max_test = 0
+  c.source = ml_collections.ConfigDict(dict(rank=4, steps=1000, lr=1e-3, batch=64, seed=0))
+  c.folds = 5
+  c.alpha = 0.5
+  c.negation_lambda = 1.0
+  c.weight_space_lambda = 0.5
+  c.distinct_sources = variant != "micro"
+  c.adapter = ml_collections.ConfigDict(dict(rank=16, steps=500, lr=1e-3, batch=64, cells=8))
+  c.cache_dir = ""
+  c.compilation_cache = True
+  if variant == "toy":
+    c.source.update(steps=300, lr=3e-3)
+    c.adapter.update(steps=300, lr=2e-3, cells=4)
+  if variant == "micro":
+    c.data.tasks = list(MICRO_TASKS)
+    c.source.update(steps=8, lr=3e-3, batch=16)
+    c.adapter.update(rank=4, steps=4, lr=2e-3, batch=16, cells=1)
+  return c

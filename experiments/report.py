@@ -1,0 +1,113 @@
+"""Renders sweep results into the paper's table layouts (markdown) and figures (PNG).
+
+    python -m experiments.report workdir/table1_addition_micro            # a workdir ...
+    python -m experiments.report workdir/t1/results.jsonl workdir/t12 --out=report/
+    python -m experiments.report RESULTS --config_hash=3f2a...            # pick one config
+
+Each RESULTS (a results.jsonl or a workdir holding one) is read with its torn last line (if
+any) ignored; every experiment found is rendered by its ``experiments.tables`` module into
+``OUT/report.md``, with the figures that module draws (``addition_scatter.png`` and
+``accumulation.png`` from addition results, Figures 3 and 4; ``negation_strength.png`` from
+strength results, Figure 2). OUT defaults to the first RESULTS' directory. A file mixing
+records of several config hashes is an error unless ``--config_hash`` picks one. Rendering
+reads only the records: no model, dataset or accelerator is needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from experiments import tables
+from platonic_jax.sweep import read_records
+
+
+def _path(p: str) -> str:
+  if os.path.isdir(p):
+    p = os.path.join(p, tables.RESULTS)
+  if not os.path.isfile(p):
+    raise FileNotFoundError(f"no results file at {p}")
+  return p
+
+
+def load(paths: Sequence[str], config_hash: str | None = None) -> dict[str, list[dict]]:
+  """{experiment: records} from the results files (one config hash per experiment)."""
+  out: dict[str, list[dict]] = {}
+  hashes: dict[str, str] = {}
+  for p in paths:
+    p = _path(p)
+    records, _ = read_records(p)
+    found = sorted({r["config_hash"] for r in records})
+    if config_hash is not None:
+      records = [r for r in records if r["config_hash"].startswith(config_hash)]
+      if not records:
+        raise ValueError(f"{p} holds no records of config hash {config_hash!r} (it has "
+                         f"{[h[:12] for h in found]})")
+    elif len(found) > 1:
+      raise ValueError(f"{p} mixes records of {len(found)} config hashes "
+                       f"{[h[:12] for h in found]}; pass --config_hash to choose one")
+    for r in records:
+      exp = r["experiment"]
+      tables.get(exp)
+      if hashes.setdefault(exp, r["config_hash"]) != r["config_hash"]:
+        raise ValueError(f"results of experiment {exp!r} under two config hashes "
+                         f"({hashes[exp][:12]}, {r['config_hash'][:12]}); render them separately")
+      out.setdefault(exp, []).append(r)
+  return out
+
+
+def render(by_experiment: dict[str, list[dict]]) -> str:
+  parts = [f"# Results\n"]
+  for exp in tables.EXPERIMENTS:
+    if exp in by_experiment:
+      recs = by_experiment[exp]
+      parts.append(f"## {exp} ({len(recs)} cells, config {recs[0]['config_hash'][:12]})\n")
+      parts.append(tables.get(exp).render(recs))
+  return "\n".join(parts)
+
+
+def figures(by_experiment: dict[str, list[dict]], out_dir: str) -> list[str]:
+  paths = []
+  for exp, recs in by_experiment.items():
+    draw = getattr(tables.get(exp), "figures", None)
+    if draw is not None:
+      paths += draw(recs, out_dir)
+  return paths
+
+
+def write(paths: Sequence[str], out_dir: str | None = None,
+          config_hash: str | None = None) -> tuple[str, list[str]]:
+  """Writes OUT/report.md and the figures; returns (report path, png paths)."""
+  by_exp = load(paths, config_hash)
+  if not by_exp:
+    raise ValueError(f"no records in {list(paths)}")
+  out_dir = out_dir or os.path.dirname(os.path.abspath(_path(paths[0])))
+  os.makedirs(out_dir, exist_ok=True)
+  md = os.path.join(out_dir, "report.md")
+  with open(md, "w") as f:
+    f.write(render(by_exp))
+  return md, figures(by_exp, out_dir)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(prog="python -m experiments.report", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("results", nargs="+", help="results.jsonl files or workdirs")
+  parser.add_argument("--out", default=None, help="output directory (default: beside RESULTS)")
+  parser.add_argument("--config_hash", default=None, help="render only this config hash (prefix)")
+  args = parser.parse_args(argv)
+  try:
+    md, pngs = write(args.results, args.out, args.config_hash)
+  except (ValueError, FileNotFoundError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  with open(md) as f:
+    print(f.read())
+  print("wrote " + ", ".join([md] + pngs))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

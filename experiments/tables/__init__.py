@@ -1,0 +1,102 @@
+"""The experiment suite: one module per kind of paper table, run as resumable sweeps.
+
+Each module has ``cells(study, config) -> [cell]`` (small JSON-able dicts),
+``compute(study, config, cell) -> metrics`` and ``render(records) -> markdown`` (optionally
+``figures(records, out_dir) -> [png paths]``); rendering reads only the records. ``run`` wires a config
+to its module through a ``platonic_jax.study.Study`` (cached embeddings, sources, operator
+bank) and a ``platonic_jax.sweep.Sweep`` (one JSONL record per finished cell, skipped on
+restart).
+
+| experiment     | paper                         | config                                   |
+|----------------|-------------------------------|------------------------------------------|
+| addition       | Table 1 (13, 14, 22; Fig 3, 4) | experiments/configs/table1_addition.py   |
+| negation       | Table 2                       | experiments/configs/table2_negation.py   |
+| heldout        | Tables 3 and 18               | experiments/configs/table3_heldout.py    |
+| linearity      | Table 6                       | experiments/configs/table6_linearity.py  |
+| corollary      | Table 7                       | experiments/configs/table7_corollary.py  |
+| agreement      | Tables 8 and 9                | experiments/configs/table8_agreement.py  |
+| rank_cap       | Table 10                      | experiments/configs/table10_rank_cap.py  |
+| strength       | Tables 12, 16, 21; Figure 2   | experiments/configs/table12_strength.py  |
+| seeds          | Table 17                      | experiments/configs/table17_seeds.py     |
+| analogy        | Table 19                      | experiments/configs/table19_analogy.py   |
+| distillation   | Table 23                      | experiments/configs/table23_distillation.py |
+| scales         | Table 25                      | experiments/configs/table25_scales.py    |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Callable
+
+from experiments.tables import (addition, agreement, analogy, corollary, distillation, heldout,
+                                linearity, negation, rank_cap, scales, seeds, strength)
+
+EXPERIMENTS = {m.NAME: m for m in (addition, negation, heldout, linearity, corollary, agreement,
+                                   rank_cap, strength, seeds, analogy, distillation, scales)}
+RESULTS = "results.jsonl"
+
+
+def get(name: str):
+  """The module of experiment ``name`` (ValueError listing the known ones)."""
+  if name not in EXPERIMENTS:
+    raise ValueError(f"unknown experiment {name!r}; known experiments: {sorted(EXPERIMENTS)}")
+  return EXPERIMENTS[name]
+
+
+@dataclasses.dataclass
+class Outcome:
+  """records: every cell's record in cell order; computed: keys computed by this run."""
+  records: list[dict]
+  computed: list[str]
+  study: Any
+
+
+def run(config, workdir: str, *, log: Callable[[str], None] = print, world=None,
+        study=None) -> Outcome:
+  """Runs (or resumes) the sweep of ``config.experiment`` into ``workdir/results.jsonl``.
+
+  Also writes ``workdir/config.json`` (the config and its hash) and ``workdir/tables.md``.
+  world / study: an already built toy world or study to reuse (tests, notebooks).
+  """
+  from platonic_jax import study as study_lib
+  from platonic_jax.sweep import Sweep, atomic_write, config_hash, plain
+  module = get(config.experiment)
+  os.makedirs(workdir, exist_ok=True)
+  chash = config_hash(config)
+  sweep = Sweep(os.path.join(workdir, RESULTS), chash, config.experiment)
+  if study is None:
+    study = study_lib.from_config(config, log=log, world=world)
+  cells = module.cells(study, config)
+  records = sweep.run(cells, lambda cell: module.compute(study, config, cell), log)
+  atomic_write(os.path.join(workdir, "config.json"),
+               json.dumps({"config_hash": chash, "config": plain(config)}, indent=1,
+                          sort_keys=True).encode())
+  atomic_write(os.path.join(workdir, "tables.md"), module.render(records).encode())
+  return Outcome(records=records, computed=list(sweep.computed), study=study)
+
+
+def default_workdir(config) -> str:
+  return os.path.join("workdir", f"{config.experiment}_{config.variant}")
+
+
+def main(config, workdir: str | None, log: Callable[[str], None] = print) -> Outcome:
+  """The launcher's half (``experiments.main``): compilation cache, run, report."""
+  import jax
+  from experiments import report
+  from platonic_jax.study import default_cache_dir
+  get(config.experiment)  # fail on an unknown experiment before any model is loaded
+  workdir = workdir or default_workdir(config)
+  if config.compilation_cache:
+    jax.config.update("jax_compilation_cache_dir",
+                      os.path.join(config.cache_dir or default_cache_dir(), "xla"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+  log(f"experiment {config.experiment} ({config.variant}) -> {workdir}")
+  outcome = run(config, workdir, log=log)
+  md, pngs = report.write([os.path.join(workdir, RESULTS)], workdir)
+  with open(md) as f:
+    print(f.read())
+  print(f"wrote {os.path.join(workdir, RESULTS)} ({len(outcome.records)} cells, "
+        f"{len(outcome.computed)} computed now), {md}" + "".join(f", {p}" for p in pngs))
+  return outcome

@@ -1,0 +1,147 @@
+"""Paper Tables 3 and 18: a composition evaluated on tasks that enter no fit.
+
+Two terms (``terms``: two tasks) are summed on a target with sources ``(k1, k2)`` and scored on
+``eval_tasks`` (tasks no term describes, and possibly a term's own task) and the controls.
+Assignments: within-model (both terms from the target), ``k1 = k2`` (both from one other
+family) and ``k1 != k2`` (two other families); the closed form at ``alpha``, the adapter at full
+strength on a seeded subset, and the first term alone. Reference cells per target hold the
+zero-shot row and the oracle: the target's own descriptor of each evaluation task applied to
+itself.
+
+Config fields: terms, eval_tasks, targets / sources.
+"""
+
+from __future__ import annotations
+
+from experiments.tables import common as C
+
+NAME = "heldout"
+WITHIN, SAME_FAMILY, DISTINCT = "within_model", "one_family", "two_families"
+
+
+def _assignment(tg, k1, k2):
+  if k1 == tg and k2 == tg:
+    return WITHIN
+  if tg in (k1, k2):
+    return None
+  return SAME_FAMILY if k1 == k2 else DISTINCT
+
+
+def cells(study, config) -> list[dict]:
+  for t in list(config.terms) + list(config.eval_tasks):
+    study.task(t)
+  if len(config.terms) != 2:
+    raise ValueError(f"heldout composes two terms, got terms={list(config.terms)}")
+  targets = list(config.get("targets", []) or study.models)
+  sources = list(config.get("sources", []) or study.models)
+  out = []
+  for tg in targets:
+    out.append({"kind": "reference", "target": tg})
+    for k1 in sources:
+      for k2 in sources:
+        a = _assignment(tg, k1, k2)
+        if a is not None:
+          out.append({"kind": "composition", "target": tg, "sources": [k1, k2], "assignment": a})
+  comps = [c for c in out if c["kind"] == "composition"]
+  C.mark_subset(comps, config.adapter.cells, config.seed, group=lambda c: c["assignment"])
+  for c in out:
+    c.setdefault("adapter", False)
+  return out
+
+
+def compute(study, config, cell) -> dict:
+  from platonic_jax.core import adapter as adapter_lib
+  tg = cell["target"]
+  t1, t2 = config.terms
+  evals = list(config.eval_tasks) + [c for c in study.controls if c not in config.eval_tasks]
+  base = {"alpha": config.alpha, "eval_tasks": list(config.eval_tasks),
+          "controls": list(study.controls), "terms": [t1, t2]}
+  if cell["kind"] == "reference":
+    oracle = {}
+    for e in config.eval_tasks:
+      oracle[e] = study.closed_form_accuracy(tg, evals, [(study.operator(tg, e, tg), config.alpha)])
+    return dict(base, zero_shot={t: study.zero_shot(tg, t) for t in evals}, oracle=oracle)
+  k1, k2 = cell["sources"]
+  op1, op2 = study.operator(tg, t1, k1), study.operator(tg, t2, k2)
+  acc = {"closed_form": study.closed_form_accuracy(tg, evals, [(op1, config.alpha), (op2, config.alpha)]),
+         "single_1": study.closed_form_accuracy(tg, evals, [(op1, config.alpha)])}
+  if cell["adapter"]:
+    desc = study.descriptor(k1, t1) + study.descriptor(k2, t2)
+    probes, G = study.adapter_inputs(tg, (t1, t2))
+    ad = adapter_lib.fit_adapter(study.model(tg), desc, probes, G, rank=config.adapter.rank,
+                                 steps=config.adapter.steps, lr=config.adapter.lr,
+                                 batch=config.adapter.batch, seed=config.seed)
+    acc["adapter"] = study.model_accuracy(ad, tg, evals)
+  return dict(base, accuracy=acc)
+
+
+def _row(accs, evals):
+  vals = [accs[t] for t in evals]
+  return vals + [sum(vals) / len(vals)]
+
+
+def render(records) -> str:
+  refs = [r for r in records if r["cell"]["kind"] == "reference"]
+  comps = [r for r in records if r["cell"]["kind"] == "composition"]
+  if not refs:
+    return ""
+  m0 = refs[0]["metrics"]
+  evals, controls = m0["eval_tasks"], [c for c in m0["controls"] if c not in m0["eval_tasks"]]
+
+  def mean_rows(rs, get, with_controls=False):
+    cols = evals + (controls if with_controls else [])
+    vals = []
+    for r in rs:
+      accs = get(r)
+      if accs is None:
+        continue
+      v = _row(accs, evals)
+      vals.append(v + ([accs[c] for c in controls] if with_controls else []))
+    return [C.fmt(x) for x in C.column_means(vals)] if vals else None, len(vals)
+
+  # Table 3
+  rows = []
+  zs, _ = mean_rows(refs, lambda r: r["metrics"]["zero_shot"])
+  rows.append(["None", "Zero-shot"] + zs)
+  for a, label in ((SAME_FAMILY, "k1 = k2"), (DISTINCT, "k1 ≠ k2")):
+    rs = [r for r in comps if r["cell"]["assignment"] == a]
+    for method, route in (("closed_form", "Closed form"), ("adapter", "Adapter")):
+      vals, n = mean_rows(rs, lambda r: r["metrics"]["accuracy"].get(method))
+      if vals:
+        rows.append([label if route == "Closed form" else "", f"{route} [{n}]"] + vals)
+  cross = [r for r in comps if r["cell"]["assignment"] != WITHIN]
+  vals, n = mean_rows(cross, lambda r: r["metrics"]["accuracy"]["single_1"])
+  if vals:
+    rows.append(["k1 alone", f"Closed form [{n}]"] + vals)
+  t1, t2 = m0["terms"]
+  out = [f"### Tables 3 and 18: composition of {t1} + {t2} evaluated on tasks that enter no fit, "
+         f"in percent (closed form at alpha = {m0['alpha']:g}, adapter at full strength; "
+         "[n] = cells)\n",
+         C.md_table(["Assignment", "Route"] + evals + ["Mean"], rows, "Table 3")]
+  # Table 18
+  rows = []
+  zs, _ = mean_rows(refs, lambda r: r["metrics"]["zero_shot"], True)
+  rows.append(["None", "Zero-shot"] + zs)
+  within = [r for r in comps if r["cell"]["assignment"] == WITHIN]
+  for key, label in (("closed_form", "Composition"), ("single_1", f"Single {t1}")):
+    vals, _ = mean_rows(within, lambda r: r["metrics"]["accuracy"][key], True)
+    if vals:
+      rows.append(["Within-model", label] + vals)
+  oracle_vals = []
+  for r in refs:
+    o = r["metrics"]["oracle"]
+    v = [o[e][e] for e in evals]
+    oracle_vals.append(v + [sum(v) / len(v)]
+                       + [C.mean(o[e][c] for e in evals) for c in controls])
+  rows.append(["Within-model", "Oracle (target's own source)"]
+              + [C.fmt(x) for x in C.column_means(oracle_vals)])
+  for fam in sorted({r["cell"]["sources"][0] for r in comps if r["cell"]["assignment"] == SAME_FAMILY}):
+    rs = [r for r in comps if r["cell"]["assignment"] == SAME_FAMILY and r["cell"]["sources"][0] == fam]
+    vals, _ = mean_rows(rs, lambda r: r["metrics"]["accuracy"]["closed_form"], True)
+    rows.append([f"Cross-model, {fam}", "Composition"] + vals)
+  rs = [r for r in comps if r["cell"]["assignment"] == DISTINCT]
+  if rs:
+    vals, _ = mean_rows(rs, lambda r: r["metrics"]["accuracy"]["closed_form"], True)
+    rows.append(["Cross-model, two families", "Composition"] + vals)
+  out.append(C.md_table(["Assignment", "Method"] + evals + ["Mean"] + controls, rows, "Table 18"))
+  return "\n".join(out)

@@ -1,0 +1,47 @@
+"""One micro toy world and one experiment cache shared by every experiment-suite test.
+
+The world (``experiments/configs/toy_world.py:micro``) is pretrained once per session into a
+temporary ``PLATONIC_JAX_CACHE``; every config then runs in-process against it, so jitted
+programs, embeddings, source fine-tunes and operators are computed once and reused.
+"""
+
+import importlib.util
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIGS = os.path.join(ROOT, "experiments", "configs")
+
+
+def load_config(name: str, arg: str = "micro", **overrides):
+  """``experiments/configs/<name>.py``'s ``get_config(arg)`` with dotted overrides."""
+  spec = importlib.util.spec_from_file_location(f"cfg_{name}", os.path.join(CONFIGS, name + ".py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  c = module.get_config(arg)
+  for key, value in overrides.items():
+    node = c
+    *path, last = key.split(".")
+    for p in path:
+      node = node[p]
+    node[last] = value
+  return c
+
+
+@pytest.fixture(scope="session")
+def micro(tmp_path_factory):
+  """(world, cache_dir): the micro world built once, and the experiments' shared cache."""
+  from experiments.configs import toy_world
+  from platonic_jax.data.toyworld import build_world
+  root = tmp_path_factory.mktemp("pj_cache")
+  old = os.environ.get("PLATONIC_JAX_CACHE")
+  os.environ["PLATONIC_JAX_CACHE"] = str(root)
+  try:
+    world = build_world(toy_world.get_config("micro"), log=None)
+  finally:
+    if old is None:
+      os.environ.pop("PLATONIC_JAX_CACHE")
+    else:
+      os.environ["PLATONIC_JAX_CACHE"] = old
+  return world, str(root / "experiments")

@@ -21,7 +21,8 @@ computed (embedding runs, fine-tunes, solves), so a resumed sweep can be checked
 nothing.
 
 Source specs (what ``operators`` accepts): a model name (that model's fine-tune on the task),
-``"random~<model>"`` (the random-UTD control at that source's norm, seeded by the cell), and
+``"random~<model>"`` (the random-UTD control at that source's norm, seeded by the cell; a
+suffix ``#k`` draws another one), and
 ``"consensus(<m1>,<m2>,...)"`` (the mean of those sources' descriptors).
 """
 
@@ -49,8 +50,9 @@ class TaskData:
   """A classification task as a study reads it (the toy world's ``Task`` has the same fields).
 
   train / test: (images, labels (n,) int32). images: float32 ``(n, 3, H, W)`` preprocessed
-  arrays shared by every model, or a list of PIL images / uint8 arrays that each model's own
-  preprocessor turns into pixels. probes: the probe images (``train`` rows ``probe_ids``).
+  arrays shared by every model, a ``platonic_jax.data.loaders.Split`` (read lazily, each
+  model's own preprocessor applied), or a list of PIL images. probes: the probe images
+  (``train`` rows ``probe_ids``), of the same kind.
   """
   name: str
   classnames: tuple[str, ...]
@@ -103,6 +105,18 @@ def head_bucket(num_classes: int) -> int:
 def _is_pixels(images) -> bool:
   return isinstance(images, np.ndarray) and images.ndim == 4 and np.issubdtype(images.dtype,
                                                                                 np.floating)
+
+
+def _is_split(images) -> bool:
+  return hasattr(images, "rows") and hasattr(images, "labels") and hasattr(images, "describe")
+
+
+def split_content(split) -> list:
+  """What identifies a loader ``Split``'s examples: task, split, format, each example's place
+  relative to the task's directory, labels."""
+  where = [os.path.relpath(p, split.root) if os.path.isabs(p) else p for p in split.paths]
+  return ["split", split.task.name, split.split, split.format, where,
+          np.asarray(split.labels).tolist()]
 
 
 class Study:
@@ -176,6 +190,8 @@ class Study:
       return hit[1]
     if isinstance(images, np.ndarray):
       h = content_hash(images)
+    elif _is_split(images):
+      h = content_hash(*split_content(images))
     else:
       h = content_hash(*[np.asarray(x) for x in images])
     self._hashes[id(images)] = (images, h)
@@ -201,8 +217,17 @@ class Study:
     hit = self._pixels.get(key)
     if hit is None or hit[0] is not images:
       if model.preprocessor is None:
-        raise ValueError(f"model {m!r} has no preprocessor for raw images")
-      hit = (images, np.asarray(model.preprocessor(list(images)), np.float32))
+        raise ValueError(f"model {m!r} has no image preprocessor (preprocessor_config.json)")
+      if _is_split(images):
+        from platonic_jax.data import loaders
+        arrays = loaders.load_arrays(images, model.preprocessor, batch_size=self.embed_batch)
+        if len(arrays.labels) != len(images):
+          raise ValueError(f"{images.task.name}/{images.split}: {len(images) - len(arrays.labels)}"
+                           " examples could not be decoded; a study needs every example")
+        x = np.asarray(arrays.inputs, np.float32)
+      else:
+        x = np.asarray(model.preprocessor(list(images)), np.float32)
+      hit = (images, x)
       self._pixels[key] = hit
     return hit[1]
 
@@ -213,10 +238,32 @@ class Study:
     keys = [content_hash("image/1", fp, self.array_hash(a)) for a in arrays]
 
     def compute(missing):
-      from platonic_jax.pipeline import embed_unique
       self.counts["embed_images"] += 1
-      return embed_unique(self.model(m), [self.pixels(m, arrays[i]) for i in missing])
+      return self._embed(self.model(m), m, [arrays[i] for i in missing])
     return self.embeddings.get_many(keys, compute)
+
+  def _embed(self, model, m: str, arrays: Sequence) -> list[np.ndarray]:
+    """Normalised embeddings ``(n_i, d)`` of image sets under ``model`` (``m``'s inputs): the
+    in-memory ones in one run (shared objects once), loader splits streamed in batches."""
+    from platonic_jax.pipeline import embed_unique
+    out: list = [None] * len(arrays)
+    memory = [i for i, a in enumerate(arrays) if not _is_split(a)]
+    if memory:
+      for i, Z in zip(memory, embed_unique(model, [self.pixels(m, arrays[i]) for i in memory])):
+        out[i] = Z
+    for i, a in enumerate(arrays):
+      if out[i] is None:
+        from platonic_jax import embed as embed_lib
+        from platonic_jax.data import loaders
+        if model.preprocessor is None:
+          raise ValueError(f"model {m!r} has no image preprocessor (preprocessor_config.json)")
+        parts = [embed_lib.embed_images(model, x, batch_size=self.embed_batch, progress=False)
+                 for x, _ in loaders.batches(a, model.preprocessor, self.embed_batch)]
+        out[i] = np.concatenate(parts)
+        if len(out[i]) != len(a):
+          raise ValueError(f"{a.task.name}/{a.split}: {len(a) - len(out[i])} examples could not "
+                           "be decoded; a study needs every example")
+    return out
 
   def heads(self, m: str, tasks: Sequence[str]) -> list[np.ndarray]:
     """Cached class embeddings ``(C_i, d)`` of several tasks (one text run for the missing)."""
@@ -285,7 +332,6 @@ class Study:
     from platonic_jax.core.descriptor import Descriptor, Provenance
     from platonic_jax.core.grid import make_grid
     from platonic_jax.eval import zeroshot
-    from platonic_jax.pipeline import embed_unique
     task, e, model = self.task(t), self.emb(m, t), self.model(m)
     t0 = time.time()
     ft = train.finetune_source(model, self.pixels(m, task.train[0]), task.train[1], e.G,
@@ -293,8 +339,7 @@ class Study:
                                batch=recipe["batch"], seed=recipe["seed"],
                                pad_classes=head_bucket(task.num_classes))
     self.counts["finetune"] += 1
-    ft_probes, ft_test = embed_unique(ft, [self.pixels(m, task.probes),
-                                           self.pixels(m, task.test[0])])
+    ft_probes, ft_test = self._embed(ft, m, [task.probes, task.test[0]])
     grid = make_grid(task.name, task.probe_ids, task.classnames, task.templates)
     fid = f"{m}/{t}/lora{recipe['rank']}/seed{recipe['seed']}"
     desc = Descriptor.from_embeddings(grid, e.probes, ft_probes, e.G,
@@ -355,7 +400,7 @@ class Study:
     from platonic_jax.core.analysis import consensus, random_utd
     from platonic_jax.core.descriptor import Descriptor, Provenance
     if spec.startswith("random~"):
-      base = self.descriptor(spec[len("random~"):], t, seed)
+      base = self.descriptor(spec[len("random~"):].split("#")[0], t, seed)
       term = base.only
       h = content_hash("random/1", self.seed, target, t, spec, self._recipe(seed)["seed"])
       key = jax.random.key(int(h[:8], 16))
@@ -434,8 +479,7 @@ class Study:
     """{task: test accuracy} of an edited model (adapter, weight-space, ...) with the target's
     own heads; test sets shared between tasks are embedded once."""
     from platonic_jax.eval import zeroshot
-    from platonic_jax.pipeline import embed_unique
-    Zs = embed_unique(model, [self.pixels(target, self.task(t).test[0]) for t in tasks])
+    Zs = self._embed(model, target, [self.task(t).test[0] for t in tasks])
     return {t: zeroshot.accuracy(Z, self.task(t).test[1], self.emb(target, t).G)
             for t, Z in zip(tasks, Zs)}
 
@@ -500,50 +544,36 @@ def _world_key(world_config: dict) -> str:
 
 
 def _real_data(config, task_names: Sequence[str], log) -> tuple[dict, dict]:
-  """Models from Hugging Face ids / directories and tasks from the data registry."""
+  """Models from Hugging Face ids / directories, tasks from the data registry and loaders.
+
+  Each task's train and test splits are read lazily from ``<data.root>/<task>`` (or
+  ``$PLATONIC_JAX_DATA/<task>``); its probes follow the registry's probe rule at the study
+  seed; ``data.max_test`` (when > 0) keeps a seeded subset of the test split.
+  """
   from platonic_jax.api import load_model
-  try:
-    from platonic_jax.data import loaders, registry
-  except ImportError as e:
-    raise ImportError("config.data.source='real' needs platonic_jax.data.registry and "
-                      f"platonic_jax.data.loaders ({e})") from None
+  from platonic_jax.data import loaders, registry
   data = config.data
-  if not data.root:
-    raise ValueError("config.data.root is empty: point it at the datasets directory "
-                     "(--config.data.root=/path/to/data)")
   models = {}
   for name, ident in data.models.items():
     log(f"  loading {name} from {ident}")
-    model = load_model(ident)
-    models[name] = dataclasses.replace(model, name=name)
+    models[name] = dataclasses.replace(load_model(ident), name=name)
   tasks = {}
-  for t in task_names:
+  for t in dict.fromkeys(task_names):
     spec = registry.get_task(t)
-    train = loaders.load_split(spec, data.root, "train")
-    test = loaders.load_split(spec, data.root, "test")
-    train_x, train_y = _images_labels(train)
-    test_x, test_y = _images_labels(test)
-    if data.max_test and len(test_y) > data.max_test:
-      keep = np.sort(np.random.default_rng([config.seed, 7]).choice(len(test_y), data.max_test,
-                                                                      replace=False))
-      test_x, test_y = [test_x[i] for i in keep], test_y[keep]
-    ids = tuple(int(i) for i in registry.probe_indices(len(train_y), data.n_probes, config.seed))
+    if spec.modality != registry.IMAGE:
+      raise ValueError(f"task {t!r} is {spec.modality}; the suite's studies are image tasks")
+    root = loaders.task_dir(spec, data.root or None)
+    train = loaders.load_split(spec, root, "train")
+    test = loaders.load_split(spec, root, "test")
+    if data.max_test and len(test) > data.max_test:
+      keep = np.random.default_rng([config.seed, 7]).choice(len(test), data.max_test,
+                                                             replace=False)
+      test = test.subset(np.sort(keep))
+    ids = registry.probe_indices(len(train), data.n_probes, config.seed)
     tasks[t] = TaskData(name=t, classnames=tuple(spec.classnames),
-                        templates=tuple(spec.templates), train=(train_x, train_y),
-                        test=(test_x, test_y), probes=[train_x[i] for i in ids], probe_ids=ids,
+                        templates=tuple(spec.templates), train=(train, train.labels),
+                        test=(test, test.labels), probes=train.subset(ids),
+                        probe_ids=tuple(int(i) for i in ids),
                         control=t in tuple(data.controls))
-    log(f"  task {t}: {len(train_y)} train, {len(test_y)} test, {len(ids)} probes")
+    log(f"  task {t}: {len(train)} train, {len(test)} test, {len(ids)} probes ({root})")
   return models, tasks
-
-
-def _images_labels(split) -> tuple[list, np.ndarray]:
-  """(images list, labels (n,) int32) from what ``loaders.load_split`` returns."""
-  if isinstance(split, Mapping):
-    images, labels = split.get("images"), split.get("labels")
-  elif isinstance(split, tuple) and len(split) == 2:
-    images, labels = split
-  else:
-    images, labels = getattr(split, "images", None), getattr(split, "labels", None)
-  if images is None or labels is None:
-    raise ValueError(f"cannot read images and labels from a {type(split).__name__} split")
-  return list(images), np.asarray(labels, np.int32)

@@ -4,7 +4,8 @@ Each table config calls ``base(experiment, arg)`` and then sets its own fields. 
 
   "" (default): the paper's models (Table 11) and tasks, read from ``--config.data.root``.
   "toy": the full toy world (``experiments/configs/toy_world.py``), all four families.
-  "micro": the micro toy world with tiny step counts (what the tests run).
+  "micro": the micro toy world with tiny step counts and one target, the world's first family
+    (what the tests run).
 
 Fields:
   experiment: which ``experiments.tables`` module runs (the launcher dispatches on it).

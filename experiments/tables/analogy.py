@@ -48,7 +48,12 @@ def _labels_of(study, attribute: str, split: str) -> np.ndarray:
 
 
 def _subset(images, idx):
-  return images[idx] if isinstance(images, np.ndarray) else [images[i] for i in idx]
+  """Rows ``idx`` of an image array, a loader ``Split`` or a list."""
+  if isinstance(images, np.ndarray):
+    return images[idx]
+  if hasattr(images, "subset"):
+    return images.subset(idx)
+  return [images[i] for i in idx]
 
 
 def derived_tasks(study, product, n_probes: int, seed: int) -> list[str]:
@@ -56,6 +61,9 @@ def derived_tasks(study, product, n_probes: int, seed: int) -> list[str]:
   ``[(d0,h0), (d0,h1), (d1,h0), (d1,h1)]``."""
   from platonic_jax.study import TaskData
   dom = product["domain"]
+  if product["halves"] == "alternate":
+    n = len(study.task(dom["tasks"][0] if "tasks" in dom else product["task"]).classnames)
+    product = dict(product, halves=[list(range(0, n, 2)), list(range(1, n, 2))])
   if "tasks" in dom:
     bases = [study.task(t) for t in dom["tasks"]]
     labels = [("", t) for t in dom["tasks"]]

@@ -21,8 +21,8 @@ def cells(study, config) -> list[dict]:
   terms = list(sources[:3])
   i = 0
   while len(terms) < 3:
-    terms.append("random~" + sources[i % len(sources)])
     i += 1
+    terms.append(f"random~{sources[(i - 1) % len(sources)]}#{i}")
   return [{"target": tg, "task": t, "sources": terms} for tg in targets for t in study.downstream]
 
 

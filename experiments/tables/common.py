@@ -31,6 +31,9 @@ def assignments(sources: Sequence[str], target: str, n: int, settings: Sequence[
   """Every ordered assignment of ``n`` terms to source models whose setting is in
   ``settings`` (same model: all terms from the target; cross model: none from it). With
   ``distinct`` a cross-model assignment draws every term from a different source."""
+  unknown = sorted(set(settings) - {SAME, CROSS, MIXED})
+  if unknown:
+    raise ValueError(f"unknown settings {unknown}; use {SAME!r}, {CROSS!r} (or {MIXED!r})")
   out = []
   for combo in itertools.product(sources, repeat=n):
     s = setting_of(target, combo)

@@ -20,7 +20,9 @@ enough for the test suite. Fields:
     (Together they set how well the pretrained models know each attribute.)
   pretrain: the contrastive trainer (platonic_jax.core.pretrain.PretrainConfig) plus batch_size.
   tasks: n_train / n_test images (shared pools for all ten tasks), n_probes per task.
-  families: name -> vision / text tower sizes, projection_dim, optional steps override.
+  families: name -> vision / text tower sizes, projection_dim, optional steps override, arch:
+    "clip" (CLIP towers, CLIP's softmax loss) or "siglip" (SigLIP towers with the attention-
+    pooling head, SigLIP's sigmoid loss; projection_dim = the vision width).
 """
 
 import ml_collections
@@ -31,8 +33,8 @@ def _tower(hidden, layers, heads, **kw):
               num_attention_heads=heads, **kw)
 
 
-def _family(vision, text, projection_dim, steps=0):
-  return dict(vision=vision, text=text, projection_dim=projection_dim, steps=steps)
+def _family(vision, text, projection_dim, steps=0, arch="clip"):
+  return dict(vision=vision, text=text, projection_dim=projection_dim, steps=steps, arch=arch)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -50,33 +52,41 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.captions = ml_collections.ConfigDict()
   # Each pretraining batch is captioned in one view (cycled, each repeated by its weight); a view
   # mentions only its attributes, so every attribute group carries its own contrastive signal.
+  # Views of one or two attributes teach each of them; views of many let the quickest-learned
+  # attributes make the rest unnecessary.
   c.captions.views = dict(
-      object=dict(shape=1.0, color=0.5, size=0.6, position=0.9, fill=0.6),
+      form=dict(shape=1.0, size=1.0),
+      paint=dict(color=1.0, fill=1.0),
+      place=dict(position=1.0, pattern=1.0),
+      symbol=dict(digit=1.0, count=1.0),
       scene=dict(tone=0.8, frame=0.8, style=0.8),
-      symbol=dict(pattern=0.4, digit=1.0, count=0.8),
   )
-  c.captions.view_weights = dict(object=4, scene=2, symbol=2)
+  c.captions.view_weights = dict()
   c.captions.noise = dict()
-  # Conflated class pairs per attribute (captions.CONFUSIONS): caps what zero-shot can know.
-  c.captions.confuse = dict(color=3, fill=1, pattern=2, count=1)
-  c.captions.confuse_rate = 0.9
+  # Conflated class pairs per attribute (captions.CONFUSIONS), the same for every family (web
+  # captions share their biases): the image towers still tell the classes apart (from the
+  # captions that name them right), but the zero-shot head calls one by the other's name.
+  c.captions.confuse = dict(shape=1, color=4, size=1, position=2, fill=1, pattern=2, digit=3,
+                            count=2)
+  c.captions.confuse_rate = 0.8
 
   c.pretrain = ml_collections.ConfigDict(dict(
-      steps=2800, batch_size=64, learning_rate=2e-3, warmup_steps=200, weight_decay=0.1,
-      loss="clip", log_every=400))
+      steps=4000, batch_size=64, learning_rate=1e-3, warmup_steps=200, weight_decay=0.1,
+      loss="clip", log_every=500))
 
   c.tasks = ml_collections.ConfigDict(dict(n_train=2000, n_test=1500, n_probes=200))
 
   c.families = ml_collections.ConfigDict(dict(
-      # vision: width 64, 2 layers, 4x4 grid of 8-pixel patches; embedding 32. The cheapest
-      # family and the slowest learner: it trains for more steps.
-      **{"clip-a": _family(_tower(64, 2, 2, patch_size=8), _tower(64, 1, 2), 32, steps=4500)},
+      # vision: width 64, 2 layers, 4x4 grid of 8-pixel patches; embedding 32.
+      **{"clip-a": _family(_tower(64, 2, 2, patch_size=8), _tower(64, 1, 2), 32)},
       # wider and deeper vision tower; embedding 48.
       **{"clip-b": _family(_tower(96, 3, 3, patch_size=8), _tower(48, 1, 2), 48)},
-      # narrow vision tower on a fine 8x8 grid of 4-pixel patches; embedding 64.
-      **{"clip-c": _family(_tower(48, 2, 2, patch_size=4), _tower(64, 1, 2), 64)},
-      # wide vision tower on a coarse 2x2 grid of 16-pixel patches; 2-layer text; embedding 40.
-      **{"clip-d": _family(_tower(128, 2, 4, patch_size=16), _tower(32, 2, 2), 40)},
+      # narrow vision tower on a fine 8x8 grid of 4-pixel patches; 2-layer text; embedding 64.
+      **{"clip-c": _family(_tower(48, 2, 2, patch_size=4), _tower(32, 2, 2), 64)},
+      # SigLIP towers (attention-pooling head; the embedding is the vision width, 80), trained
+      # with the sigmoid loss.
+      **{"siglip-d": _family(_tower(80, 2, 2, patch_size=8), _tower(64, 1, 2), 80,
+                             arch="siglip")},
   ))
 
   if variant == "micro":
@@ -94,6 +104,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.tasks = ml_collections.ConfigDict(dict(n_train=256, n_test=256, n_probes=64))
     c.families = ml_collections.ConfigDict(dict(
         **{"clip-a": _family(_tower(32, 1, 2, patch_size=8), _tower(32, 1, 2), 24)},
-        **{"clip-b": _family(_tower(48, 1, 2, patch_size=16), _tower(32, 1, 2), 32)},
+        # SigLIP towers (attention-pooling head, embedding = vision width), sigmoid loss.
+        # the sigmoid loss learns more slowly at this batch size: twice the steps.
+        **{"siglip-b": _family(_tower(32, 1, 2, patch_size=8), _tower(32, 1, 2), 32,
+                               steps=480, arch="siglip")},
     ))
   return c

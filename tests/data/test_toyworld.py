@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import toy_world
-from platonic_jax.core import pretrain as pretrain_lib
+from platonic_jax.core import pretrain as pretrain_lib, train
 from platonic_jax.data import tokenizer as tok
 from platonic_jax.data.toyworld import captions, render, tasks as tasks_lib, world as world_lib
 from platonic_jax.data.toyworld import zeroshot
@@ -271,13 +271,35 @@ def test_micro_world_builds_pretrained_models(micro):
       losses = [l for _, l in json.load(f)["loss"]]
     assert losses[-1] < losses[0] - 0.5  # the contrastive loss went down
     assert model.tokenizer.eos_token_id == model.config["text_config"]["eos_token_id"] == tok.EOS_ID
-    spec = model.module.spec
-    assert spec.projection_dim == config.families[name].projection_dim
-  dims = {m.module.spec.projection_dim for m in world.models.values()}
+    assert train.embedding_width(model) == config.families[name].projection_dim
+  dims = {train.embedding_width(m) for m in world.models.values()}
   assert len(dims) == len(world.models)  # families differ in embedding dimension
   # no stray temporary directories
   root = os.path.join(config.cache_dir, "toyworld")
   assert not [d for d in os.listdir(root) if d.startswith(".tmp")]
+
+
+def test_micro_world_has_a_siglip_family_trained_with_the_sigmoid_loss(micro):
+  config, world, _ = micro
+  model = world.models["siglip-b"]
+  assert model.family.name == "siglip" and model.config["model_type"] == "siglip"
+  assert world.models["clip-a"].family.name == "clip"
+  plain = config.to_dict()
+  assert world_lib.pretrain_config(plain, "siglip-b").loss == "siglip"
+  assert world_lib.pretrain_config(plain, "clip-a").loss == "clip"
+  # SigLIP's text tower pools the last position and attends to its padding, as embed_texts runs it
+  pool = world_lib.pretrain_pool(plain)
+  batch = next(world_lib.pretrain_batches(plain, "siglip-b", *pool))
+  assert batch["attention_mask"].all()
+  assert not next(world_lib.pretrain_batches(plain, "clip-a", *pool))["attention_mask"].all()
+  assert float(model.module.logit_bias[...]) != -10.0  # the sigmoid head's bias trained
+  bad = toy_world.get_config("micro").to_dict()
+  bad["families"]["siglip-b"]["projection_dim"] = 8
+  with pytest.raises(ValueError, match="embeds at the vision width"):
+    world_lib.hf_config(bad, "siglip-b")
+  bad["families"]["siglip-b"]["arch"] = "vit"
+  with pytest.raises(ValueError, match="unknown arch 'vit'"):
+    world_lib.hf_config(bad, "siglip-b")
 
 
 def test_micro_models_beat_chance_zero_shot(micro):
@@ -328,3 +350,16 @@ def test_micro_model_exports_to_hugging_face_layout_and_loads_back(micro, tmp_pa
                              zeroshot.image_embeddings(model, x), atol=1e-6)
   prompts = ["photo red shape"]
   np.testing.assert_array_equal(back.tokenize(prompts)[0], model.tokenize(prompts)[0])
+
+
+def test_micro_siglip_family_exports_to_hugging_face_layout_and_loads_back(micro, tmp_path):
+  from platonic_jax.convert.hf import export_hf, load_model
+  from transformers import SiglipConfig
+  _, world, _ = micro
+  model = world.models["siglip-b"]
+  out = export_hf(model, str(tmp_path / "siglip-b"))
+  assert SiglipConfig.from_pretrained(out).vision_config.image_size == 32
+  back = load_model(out)
+  x = world.tasks["color"].probes
+  np.testing.assert_allclose(zeroshot.image_embeddings(back, x),
+                             zeroshot.image_embeddings(model, x), atol=1e-6)

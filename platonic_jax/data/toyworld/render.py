@@ -54,10 +54,10 @@ _COLORS = np.array([
 _TONES = np.array([
     (0.08, 0.10, 0.38), (0.38, 0.06, 0.08), (0.30, 0.30, 0.05), (0.04, 0.30, 0.28),
     (0.30, 0.08, 0.32), (0.32, 0.18, 0.07), (0.22, 0.25, 0.30), (0.03, 0.03, 0.03)], np.float32)
-_RADII = np.array([4.0, 5.25, 6.5], np.float32)
+_RADII = np.array([4.5, 6.0, 7.5], np.float32)
 _GLYPH_COLOR = np.array([0.92, 0.92, 0.92], np.float32)
 _FRAME_COLOR = np.array([0.85, 0.75, 0.40], np.float32)
-_PATTERN_GAIN = 0.3
+_PATTERN_GAIN = 0.5
 
 # 3x5 bitmap digits (rows top to bottom), drawn at scale 2.
 _FONT = np.array([[[int(c) for c in row] for row in glyph.split()] for glyph in (
@@ -151,21 +151,23 @@ def _render_chunk(attrs: dict[str, np.ndarray], rng: np.random.Generator, size: 
   cx = (quad[:, 1] * half + half / 2 + rng.uniform(-1.0, 1.0, n) * scale).astype(np.float32)
   r = _RADII[attrs["size"]] * scale * rng.uniform(0.94, 1.06, n).astype(np.float32)
   dx, dy = (px - col(cx)) / col(r), (py - col(cy)) / col(r)
-  outer = _shape_mask(attrs["shape"], dx, dy)
+  in_quadrant = ((iy // half == col(quad[:, 0])) & (ix // half == col(quad[:, 1])))
+  outer = _shape_mask(attrs["shape"], dx, dy) & in_quadrant  # the object never leaves it
   inner = _shape_mask(attrs["shape"], dx * 2.0, dy * 2.0)
   fill = col(attrs["fill"])
   lit = np.select([fill == 0, fill == 1, fill == 2, fill == 3],
-                  [outer, outer & (iy % 2 == 0), outer & ((ix + iy) % 2 == 0), outer & ~inner])
+                  [outer, outer & (iy % 4 < 2), outer & ((ix // 2 + iy // 2) % 2 == 0),
+                   outer & ~inner])
   shade = outer & ~lit & (fill != 3)
   color = _COLORS[attrs["color"]]
   _paint(img, shade, 0.35 * color)
   _paint(img, lit, color)
 
-  # The digit glyph in the opposite quadrant (scale-2 3x5 font).
-  g = int(round(2 * scale))
+  # The digit glyph in the opposite quadrant (scale-3 3x5 font: 9x15 pixels at size 32).
+  g = int(round(3 * scale))
   gq = _QUADRANTS[_OPPOSITE[attrs["position"]]]
-  gy0 = gq[:, 0] * half + int(round(3 * scale)) + rng.integers(-1, 2, n)
-  gx0 = gq[:, 1] * half + int(round(5 * scale)) + rng.integers(-1, 2, n)
+  gy0 = gq[:, 0] * half + rng.integers(0, 2, n) * g // 3
+  gx0 = gq[:, 1] * half + int(round(3 * scale)) + rng.integers(-1, 2, n) * g // 3
   ly, lx = (iy - col(gy0)) // g, (ix - col(gx0)) // g
   inside = (ly >= 0) & (ly < 5) & (lx >= 0) & (lx < 3)
   glyph = _FONT[col(attrs["digit"]), np.clip(ly, 0, 4), np.clip(lx, 0, 2)] & inside

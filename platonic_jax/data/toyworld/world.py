@@ -27,7 +27,7 @@ from platonic_jax.data import tokenizer as tok
 from platonic_jax.data.toyworld import captions, render, tasks as tasks_lib
 
 # Bump when rendering, captions or the trainer change what a config produces.
-WORLD_VERSION = "toyworld/1"
+WORLD_VERSION = "toyworld/2"
 CACHE_ENV = "PLATONIC_JAX_CACHE"
 _COMPLETE = "meta.json"
 
@@ -67,19 +67,49 @@ def cache_root(config: Mapping) -> str:
   return os.path.abspath(os.path.expanduser(root))
 
 
+ARCHITECTURES = ("clip", "siglip")
+
+
+def family_arch(config: Mapping, family: str) -> str:
+  """The family's architecture: "clip" (CLIP towers, softmax loss) or "siglip" (SigLIP towers
+  with the attention-pooling head, sigmoid loss)."""
+  arch = config["families"][family].get("arch") or "clip"
+  if arch not in ARCHITECTURES:
+    raise ValueError(f"family {family!r}: unknown arch {arch!r}; known: {ARCHITECTURES}")
+  return arch
+
+
 def hf_config(config: Mapping, family: str) -> dict:
-  """The family's Hugging Face style CLIP ``config.json`` dict (model_type "clip")."""
+  """The family's Hugging Face style ``config.json`` dict: model_type "clip" or "siglip".
+
+  A SigLIP family has no projection: its embedding width is the vision tower's width, and the
+  text head projects to it (``projection_dim`` must equal the vision ``hidden_size``).
+  """
   fam = config["families"][family]
   proj = int(fam["projection_dim"])
+  arch = family_arch(config, family)
+  vision_kw = {k: int(v) for k, v in fam["vision"].items()}
+  text_kw = {k: int(v) for k, v in fam["text"].items()}
+  text_ids = dict(vocab_size=len(captions.VOCAB),
+                  max_position_embeddings=int(config["max_text_length"]),
+                  bos_token_id=tok.BOS_ID, eos_token_id=tok.EOS_ID, pad_token_id=tok.PAD_ID)
+  if arch == "siglip":
+    if proj != vision_kw["hidden_size"]:
+      raise ValueError(f"family {family!r}: a SigLIP family embeds at the vision width; "
+                       f"projection_dim {proj} != vision hidden_size {vision_kw['hidden_size']}")
+    common = dict(hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6, attention_dropout=0.0)
+    vision = dict(common, model_type="siglip_vision_model", image_size=int(config["image_size"]),
+                  num_channels=3, vision_use_head=True, **vision_kw)
+    text = dict(common, model_type="siglip_text_model", projection_size=proj, **text_ids,
+                **text_kw)
+    return {"model_type": "siglip", "architectures": ["SiglipModel"], "vision_config": vision,
+            "text_config": text}
   common = dict(hidden_act="quick_gelu", layer_norm_eps=1e-5, projection_dim=proj,
                 attention_dropout=0.0, dropout=0.0, initializer_factor=1.0,
                 initializer_range=0.02)
   vision = dict(common, model_type="clip_vision_model", image_size=int(config["image_size"]),
-                num_channels=3, **{k: int(v) for k, v in fam["vision"].items()})
-  text = dict(common, model_type="clip_text_model", vocab_size=len(captions.VOCAB),
-              max_position_embeddings=int(config["max_text_length"]),
-              bos_token_id=tok.BOS_ID, eos_token_id=tok.EOS_ID, pad_token_id=tok.PAD_ID,
-              **{k: int(v) for k, v in fam["text"].items()})
+                num_channels=3, **vision_kw)
+  text = dict(common, model_type="clip_text_model", **text_ids, **text_kw)
   return {"model_type": "clip", "architectures": ["CLIPModel"], "projection_dim": proj,
           "logit_scale_init_value": 2.6592, "initializer_factor": 1.0,
           "vision_config": vision, "text_config": text}
@@ -92,6 +122,8 @@ def pretrain_config(config: Mapping, family: str):
   steps = int(config["families"][family].get("steps") or 0)
   if steps:
     p["steps"] = steps
+  if family_arch(config, family) == "siglip":
+    p["loss"] = "siglip"
   return PretrainConfig(**p)
 
 
@@ -106,6 +138,8 @@ def family_key(config: Mapping, family: str) -> str:
       "steps": config["families"][family].get("steps", 0), "vocab": list(captions.VOCAB),
       "attributes": render.ATTRIBUTES,
   }
+  if family_arch(config, family) != "clip":
+    content["arch"] = family_arch(config, family)
   blob = json.dumps(content, sort_keys=True, separators=(",", ":"), default=str)
   return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -156,12 +190,15 @@ def pretrain_batches(config: Mapping, family: str, attrs: Mapping[str, np.ndarra
                 confuse_rate=float(cap.get("confuse_rate") or 0.0),
                 length=int(config["max_text_length"]))
   n = images.shape[0]
+  unmasked = family_arch(config, family) == "siglip"
   step = 0
   while True:
     mention = dict(cap["views"][schedule[step % len(schedule)]])
     idx = rng.integers(0, n, size=b)
     ids, mask = captions.caption_ids({a: v[idx] for a, v in attrs.items()}, rng, mention,
                                      **kwargs)
+    if unmasked:  # SigLIP's text tower pools the last position and attends to its padding
+      mask = np.ones_like(mask)
     yield {"pixels": render.normalize(images[idx]), "input_ids": ids, "attention_mask": mask}
     step += 1
 
@@ -210,7 +247,7 @@ def _load(out_dir: str, config: Mapping, family: str):
   """The cached family as a DualEncoder (weights restored by Orbax onto the abstract state)."""
   import orbax.checkpoint as ocp
   from flax import nnx
-  from transformers import AutoTokenizer
+  from transformers import PreTrainedTokenizerFast
   abstract = nnx.eval_shape(lambda: init_module(config, family))
   graphdef, state, rest = nnx.split(abstract, nnx.Param, ...)
   ckpt = ocp.StandardCheckpointer()
@@ -218,7 +255,7 @@ def _load(out_dir: str, config: Mapping, family: str):
   ckpt.close()
   state.replace_by_pure_dict(restored)
   module = nnx.merge(graphdef, state, rest)
-  tokenizer = AutoTokenizer.from_pretrained(out_dir)
+  tokenizer = PreTrainedTokenizerFast.from_pretrained(out_dir)
   if tokenizer.eos_token_id != tok.EOS_ID:
     raise ValueError(f"cached tokenizer in {out_dir} has eos id {tokenizer.eos_token_id}, "
                      f"expected {tok.EOS_ID}; delete the entry")

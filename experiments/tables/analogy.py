@@ -61,16 +61,23 @@ def derived_tasks(study, product, n_probes: int, seed: int) -> list[str]:
   ``[(d0,h0), (d0,h1), (d1,h0), (d1,h1)]``."""
   from platonic_jax.study import TaskData
   dom = product["domain"]
+  values = dom["tasks"] if "tasks" in dom else dom["values"]
+  names = [f"{product['name']}/{v}/h{h}" for v in values for h in range(2)]
+  if all(n in study.tasks for n in names):  # registered by an earlier call
+    return names
+  if len(values) != 2 or len(product["halves"]) != 2 and product["halves"] != "alternate":
+    raise ValueError(f"product {product['name']!r} needs two domains and two halves")
   if product["halves"] == "alternate":
     n = len(study.task(dom["tasks"][0] if "tasks" in dom else product["task"]).classnames)
     product = dict(product, halves=[list(range(0, n, 2)), list(range(1, n, 2))])
   if "tasks" in dom:
     bases = [study.task(t) for t in dom["tasks"]]
     labels = [("", t) for t in dom["tasks"]]
+    if len({len(b.classnames) for b in bases}) != 1:
+      raise ValueError(f"product {product['name']!r}: the two datasets have different class lists")
   else:
     bases = [study.task(product["task"])] * 2
     labels = [(dom["attribute"], v) for v in dom["values"]]
-  names = []
   for d, (base, (attr, value)) in enumerate(zip(bases, labels)):
     keep = {}
     for split in ("train", "test"):
@@ -97,12 +104,11 @@ def derived_tasks(study, product, n_probes: int, seed: int) -> list[str]:
         raise ValueError(f"product {product['name']!r} domain {value!r} half {h}: only {n} "
                          "training images")
       ids = np.sort(np.random.default_rng([seed, d, h, 19]).choice(n, size=k, replace=False))
-      name = f"{product['name']}/{value}/h{h}"
+      name = names[2 * d + h]
       study.add_task(TaskData(
           name=name, classnames=tuple(base.classnames[c] for c in half),
           templates=tuple(base.templates), train=split_data["train"], test=split_data["test"],
           probes=_subset(split_data["train"][0], ids), probe_ids=tuple(int(i) for i in ids)))
-      names.append(name)
   return names
 
 

@@ -168,6 +168,9 @@ def train_lora(model: DualEncoder, loss_fn: lora.LossFn, consts: Any, items: Seq
   graphdef, lora_state, frozen = lora.split(out.module)
   opt_state = lora.OPTIMIZER.init(lora_state)
   step = lora.make_train_step(graphdef, loss_fn)
+  # Committed device arrays from the first call on: the step's outputs feed the next call, so
+  # host-array inputs on the first call alone would compile the step a second time.
+  lora_state, opt_state, frozen = jax.device_put((lora_state, opt_state, frozen))
   consts = jax.tree.map(jnp.asarray, consts)
   plans = batch_plan(sizes, recipe.batch, recipe.steps, recipe.seed)
   lrs = recipe.learning_rates()

@@ -29,7 +29,7 @@ import numpy as np
 from platonic_jax import embed as embed_lib
 from platonic_jax.core import adapter as adapter_lib
 from platonic_jax.core import baselines, train
-from platonic_jax.core.analysis import random_utd
+from platonic_jax.core.analysis import calibration_factor, random_utd
 from platonic_jax.core.descriptor import Descriptor, Provenance
 from platonic_jax.core.grid import make_grid
 from platonic_jax.core.operator import Operator, apply_operators
@@ -100,14 +100,20 @@ class Source:
 
 
 def finetune_sources(models, tasks, emb, names: Sequence[str], cfg, log=print) -> dict:
-  """{(model, task): Source} for every model and downstream task in ``names``."""
+  """{(model, task): Source} for every model and downstream task in ``names``.
+
+  Heads are padded to the largest class count among ``names`` (``train.pad_head``: identical
+  training), so each model compiles one fine-tuning step for all its tasks.
+  """
   out = {}
+  pad = max(len(tasks[t].classnames) for t in names)
   for m, model in models.items():
     for t in names:
       task, e = tasks[t], emb[m][t]
       t0 = time.time()
       ft = train.finetune_source(model, task.train[0], task.train[1], e.G, rank=cfg.rank,
-                                 steps=cfg.steps, lr=cfg.lr, batch=cfg.batch, seed=cfg.seed)
+                                 steps=cfg.steps, lr=cfg.lr, batch=cfg.batch, seed=cfg.seed,
+                                 pad_classes=pad)
       ft_probes, ft_test = embed_unique(ft, [task.probes, task.test[0]])
       desc = Descriptor.from_embeddings(task_grid(task), e.probes, ft_probes, e.G,
                                         provenance=Provenance(source=m, finetune=f"{m}/{t}/lora4"))
@@ -117,21 +123,34 @@ def finetune_sources(models, tasks, emb, names: Sequence[str], cfg, log=print) -
   return out
 
 
+def source_descriptor(sources, emb, s: str, t: str, tg: str, calibrate: bool) -> Descriptor:
+  """Source ``s``'s descriptor on task ``t`` as target ``tg`` reads it: as measured, or with
+  ``calibrate`` rescaled into the target's cosine units (``analysis.calibration_factor`` of
+  the two models' affinity spreads on the grid; 1 for the target's own descriptor)."""
+  desc = sources[(s, t)].descriptor
+  if not calibrate or s == tg:
+    return desc
+  es, et = emb[s][t], emb[tg][t]
+  return calibration_factor(es.probes, es.G, et.probes, et.G) * desc
+
+
 def solve_operators(models, tasks, emb, sources, names, cfg, log=print) -> dict:
   """{(target, task, source): Operator}; source "random" is the random-UTD control.
 
   The random control for (target, task) draws one Gaussian descriptor per source, scaled to
-  that source's ``||U||_F``, and solves it through the same label-free selection.
+  that source's ``||U||_F`` (after calibration when ``cfg.calibrate``), and solves it through
+  the same label-free selection.
   """
   ops = {}
   key = jax.random.key(cfg.seed)
+  calibrate = bool(cfg.get("calibrate", False))
   for tg, model in models.items():
     target_id = model.target_id
     for t in names:
       e = emb[tg][t]
       descs = {}
       for s in models:
-        desc = sources[(s, t)].descriptor
+        desc = source_descriptor(sources, emb, s, t, tg, calibrate)
         key, sub = jax.random.split(key)
         grid = desc.only.grid
         descs[s] = desc
@@ -203,7 +222,9 @@ def addition_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg,
           recs.append(_record("addition", tg, (a, b), (s, s), "weight_space",
                               _model_accs(ws, tasks, e, evals), zs[tg], controls, "composed"))
         if (tg, cell) in adapter_cells:
-          desc = sources[(s, a)].descriptor + sources[(s, b)].descriptor
+          calibrate = bool(cfg.get("calibrate", False))
+          desc = (source_descriptor(sources, emb, s, a, tg, calibrate)
+                  + source_descriptor(sources, emb, s, b, tg, calibrate))
           probes, G = _adapter_probes(tasks, e, (a, b))
           t0 = time.time()
           ad = adapter_lib.fit_adapter(model, desc, probes, G, rank=cfg.adapter.rank,
@@ -242,7 +263,8 @@ def negation_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg, a
         if (tg, ((t,), (s,))) in adapter_cells:
           probes, G = _adapter_probes(tasks, e, (t,))
           t0 = time.time()
-          ad = adapter_lib.fit_adapter(model, -1.0 * sources[(s, t)].descriptor, probes, G,
+          desc = source_descriptor(sources, emb, s, t, tg, bool(cfg.get("calibrate", False)))
+          ad = adapter_lib.fit_adapter(model, -1.0 * desc, probes, G,
                                        rank=cfg.adapter.rank, steps=cfg.adapter.steps,
                                        lr=cfg.adapter.lr, batch=cfg.adapter.batch, seed=cfg.seed)
           recs.append(_record("negation", tg, (t,), (s,), "adapter",

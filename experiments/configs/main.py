@@ -10,6 +10,11 @@ Fields:
   world: the toy world (``experiments/configs/toy_world.py``).
   source: the labeled rank-4 source fine-tunes (steps, lr, batch).
   folds: K of the label-free (rank, ridge) selection.
+  calibrate: re-express a source's descriptor in the target's cosine units before solving
+    (``platonic_jax.core.analysis.calibration_factor``: ratio of the two models' affinity
+    spreads on the grid; same-model cells are unchanged). Not in METHOD's definition, hence an
+    option; on by default because models of different families spread their cosines
+    differently (on the toy world it cuts what cross-model edits cost the controls by ~40 %).
   alpha / negation_lambda: closed-form strengths of addition and negation.
   weight_space_lambda: the weight-space baseline's lambda per task vector.
   adapter: the adapter realization (rank 16, steps, lr, batch) and how many addition and
@@ -31,8 +36,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.variant = variant
   c.seed = 0
   c.world = toy_world.get_config("micro" if variant == "micro" else None)
-  c.source = ml_collections.ConfigDict(dict(rank=4, steps=300, lr=3e-3, batch=64, seed=0))
+  c.source = ml_collections.ConfigDict(dict(rank=4, steps=400, lr=1e-2, batch=64, seed=0))
   c.folds = 5
+  c.calibrate = True
   c.alpha = 0.5
   c.negation_lambda = 1.0
   c.weight_space_lambda = 0.5

@@ -56,6 +56,40 @@ def random_descriptor(descriptor: Descriptor, key: jax.Array) -> Descriptor:
 
 
 # ----------------------------------------------------------------------------------------------
+# Affinity scale (an option of the main job, off in METHOD's definition).
+
+
+def affinity_spread(Z, G) -> float:
+  """RMS of the row-centred cosine affinities ``(Zhat Ghat^T) H_C`` of probes under a model.
+
+  Z (n, d) probe embeddings, G (C, d) class embeddings (both normalised here). Models differ in
+  how far apart their cosines lie (a SigLIP tower's affinities spread differently from a CLIP
+  tower's), so a descriptor measured in one model's cosine units can be re-expressed in another's
+  by the ratio of their spreads on the same grid (``calibration_factor``).
+  """
+  Z = np.asarray(Z, np.float64)
+  G = np.asarray(G, np.float64)
+  if Z.ndim != 2 or G.ndim != 2 or Z.shape[1] != G.shape[1] or G.shape[0] < 2:
+    raise ValueError(f"affinity_spread needs Z (n, d) and G (C >= 2, d), got {Z.shape}, {G.shape}")
+  check_finite("Z", Z)
+  check_finite("G", G)
+  A = (Z / np.linalg.norm(Z, axis=1, keepdims=True)) @ (
+      G / np.linalg.norm(G, axis=1, keepdims=True)).T
+  A = A - A.mean(axis=1, keepdims=True)
+  return float(np.sqrt(np.mean(A * A)))
+
+
+def calibration_factor(Z_src, G_src, Z_tgt, G_tgt) -> float:
+  """``affinity_spread(target) / affinity_spread(source)`` on one grid: the scalar that carries a
+  source's descriptor into the target's cosine units (1 when source == target). Multiplying a
+  descriptor by it keeps Proposition 1 (the operator stays linear in ``U``)."""
+  src = affinity_spread(Z_src, G_src)
+  if src < 1e-12:
+    raise ValueError("the source's affinities on this grid are all equal (spread 0)")
+  return affinity_spread(Z_tgt, G_tgt) / src
+
+
+# ----------------------------------------------------------------------------------------------
 # Corollary 1.
 
 

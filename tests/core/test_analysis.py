@@ -152,3 +152,22 @@ def test_linearity_check_both_precisions():
                         [U.astype(np.float32) for U in Us], rank=5, ridge=1e-2)
   assert r32["dtype"] == "float32" and r32["rel_diff"] < 1e-5
   assert r32["rel_diff"] > r64["rel_diff"]  # the fp32 figure is really fp32 arithmetic
+
+
+def test_affinity_spread_and_calibration_factor():
+  from platonic_jax.core.analysis import affinity_spread, calibration_factor
+  rng = np.random.default_rng(0)
+  Z, G = rng.normal(size=(40, 8)), rng.normal(size=(5, 8))
+  A = (Z / np.linalg.norm(Z, axis=1, keepdims=True)) @ (G / np.linalg.norm(G, axis=1, keepdims=True)).T
+  A = A - A.mean(1, keepdims=True)
+  assert affinity_spread(Z, G) == pytest.approx(np.sqrt(np.mean(A ** 2)), rel=1e-12)
+  assert affinity_spread(3.0 * Z, 0.5 * G) == pytest.approx(affinity_spread(Z, G), rel=1e-12)
+  assert calibration_factor(Z, G, Z, G) == pytest.approx(1.0)
+  # a target whose affinities are squeezed towards their row means: a proportionally smaller factor
+  Gs = G.mean(0) + 0.1 * (G - G.mean(0))
+  f = calibration_factor(Z, G, Z, Gs)
+  assert 0 < f < 0.5
+  with pytest.raises(ValueError, match="affinity_spread needs"):
+    affinity_spread(Z, G[:, :4])
+  with pytest.raises(ValueError, match="spread 0"):
+    calibration_factor(Z, np.ones((3, 8)), Z, G)

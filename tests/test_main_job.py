@@ -10,16 +10,24 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-  cache = tmp_path_factory.mktemp("cache")
-  work = tmp_path_factory.mktemp("work")
+def _main_job(cache, work):
   env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
   out = subprocess.run(
       [sys.executable, "-m", "experiments.main", "--config=experiments/configs/main.py:micro",
        f"--workdir={work}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-  return work, out.stdout
+  return out.stdout
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+  return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, cache):
+  work = tmp_path_factory.mktemp("work")
+  return work, _main_job(cache, work)
 
 
 def test_outputs_written(run):
@@ -63,3 +71,17 @@ def test_records_are_consistent(run):
   ran = {(r["target"], tuple(r["tasks"]), tuple(r["sources"])) for r in recs
          if r["kind"] == "addition" and r["method"] == "adapter"}
   assert ran == named
+
+
+def test_same_seed_gives_identical_results(run, cache, tmp_path):
+  """A second run (warm: pretrained weights and compiled programs cached) writes the same
+  summary.json, runtime aside, and the same results.jsonl."""
+  work, stdout = run
+  again = _main_job(cache, tmp_path)
+  assert "loaded from cache" in again and "pretrained in" not in again
+  first = json.load(open(os.path.join(work, "summary.json")))
+  second = json.load(open(os.path.join(tmp_path, "summary.json")))
+  assert first.pop("runtime_s") > 0 and second.pop("runtime_s") > 0
+  assert first == second
+  assert open(os.path.join(work, "results.jsonl")).read() == open(
+      os.path.join(tmp_path, "results.jsonl")).read()

@@ -1,11 +1,12 @@
-"""The embedded toy world: procedural images, captions, ten tasks and four tiny CLIP families.
+"""The embedded toy world: procedural images, captions, ten tasks, four tiny dual encoders.
 
     python -m experiments.probe_world --config=experiments/configs/toy_world.py
     python -m experiments.probe_world --config=experiments/configs/toy_world.py:micro
 
-``get_config()`` is the main job's world (pretraining of all four families, cold, about 5-7
-minutes on a 2-core CPU; cached afterwards); ``get_config("micro")`` is a two-family world small
-enough for the test suite. Fields:
+``get_config()`` is the main job's world: three CLIP families and one SigLIP family (pretraining
+all four, cold, takes about 8-12 minutes on a 2-core CPU; cached afterwards);
+``get_config("micro")`` is a two-family world (one CLIP, one SigLIP) small enough for the test
+suite. Fields:
 
   seed: everything (images, captions, initialisation, probes) derives from it.
   image_size: square RGB images (a multiple of 16).

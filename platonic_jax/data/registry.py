@@ -17,11 +17,16 @@
 | esc50         | audio    | 50      | CLAP's (1)            | dog, ..., hand_saw               |
 | gtzan         | audio    | 10      | CLAP's (1)            | blues, ..., rock                 |
 | urbansound8k  | audio    | 10      | CLAP's (1)            | air_conditioner, ..., street_music |
+| domainnet_*   | image    | 345     | ours (4 per domain)   | aircraft_carrier, ..., zigzag    |
 
 Class names and templates are the standard zero-shot ones (CLIP's prompt-engineering lists for
 the image tasks, including their spellings, so zero-shot numbers compare with published ones);
 UCMerced and AID have no standard CLIP list, so they use the RESISC45 remote-sensing templates
-(our choice). Audio prompts follow the CLAP zero-shot prompts.
+(our choice). Audio prompts follow the CLAP zero-shot prompts. DomainNet's six domains
+(``domainnet_real``, ``_sketch``, ``_clipart``, ``_painting``, ``_quickdraw``, ``_infograph``)
+share its 345 classes (the release's folder names, underscores read as spaces, in the label
+order of its split lists); each domain has its own few prompts naming its rendering ("a sketch
+of a {}.", our choice, as there is no standard list).
 
 On-disk names are matched to classes by ``folder_key``: lower case, every non-alphanumeric
 character dropped, and an all-digit name read as an integer, so ``sea_waves``, ``Sea Waves`` and
@@ -213,6 +218,48 @@ IMAGENET_TEMPLATES = (
 
 SOUND_TEMPLATES = ("This is a sound of {}.",)
 MUSIC_TEMPLATES = ("This audio is a {} song.",)
+
+# DomainNet: a few CLIP-style prompts per domain (our choice; there is no standard list), each
+# naming the domain's rendering so that the two domains of an analogy product get distinct
+# prompts over the same classes.
+DOMAINNET_TEMPLATES = {
+    "real": (
+        "a photo of a {}.",
+        "a photo of the {}.",
+        "a good photo of a {}.",
+        "a close-up photo of a {}.",
+    ),
+    "sketch": (
+        "a sketch of a {}.",
+        "a sketch of the {}.",
+        "a pencil sketch of a {}.",
+        "a black and white sketch of a {}.",
+    ),
+    "clipart": (
+        "a clipart of a {}.",
+        "a clipart of the {}.",
+        "a clip art image of a {}.",
+        "a cartoon illustration of a {}.",
+    ),
+    "painting": (
+        "a painting of a {}.",
+        "a painting of the {}.",
+        "an oil painting of a {}.",
+        "art of a {}.",
+    ),
+    "quickdraw": (
+        "a doodle of a {}.",
+        "a doodle of the {}.",
+        "a quick drawing of a {}.",
+        "a simple line drawing of a {}.",
+    ),
+    "infograph": (
+        "an infographic of a {}.",
+        "an infographic of the {}.",
+        "an infographic about a {}.",
+        "an information graphic with a {}.",
+    ),
+}
 
 # ---- class names -----------------------------------------------------------------------------
 
@@ -687,6 +734,58 @@ URBANSOUND8K_CLASSES = (
     "gun shot", "jackhammer", "siren", "street music",
 )
 
+# DomainNet's 345 classes (shared by its six domains): the folder names of the release, in the
+# label order of its split lists (alphabetical ignoring case), and the prompt names derived from
+# them (underscores as spaces).
+DOMAINNET_FOLDERS = (
+    "aircraft_carrier", "airplane", "alarm_clock", "ambulance", "angel", "animal_migration",
+    "ant", "anvil", "apple", "arm", "asparagus", "axe", "backpack", "banana", "bandage", "barn",
+    "baseball", "baseball_bat", "basket", "basketball", "bat", "bathtub", "beach", "bear",
+    "beard", "bed", "bee", "belt", "bench", "bicycle", "binoculars", "bird", "birthday_cake",
+    "blackberry", "blueberry", "book", "boomerang", "bottlecap", "bowtie", "bracelet", "brain",
+    "bread", "bridge", "broccoli", "broom", "bucket", "bulldozer", "bus", "bush", "butterfly",
+    "cactus", "cake", "calculator", "calendar", "camel", "camera", "camouflage", "campfire",
+    "candle", "cannon", "canoe", "car", "carrot", "castle", "cat", "ceiling_fan", "cell_phone",
+    "cello", "chair", "chandelier", "church", "circle", "clarinet", "clock", "cloud",
+    "coffee_cup", "compass", "computer", "cookie", "cooler", "couch", "cow", "crab", "crayon",
+    "crocodile", "crown", "cruise_ship", "cup", "diamond", "dishwasher", "diving_board", "dog",
+    "dolphin", "donut", "door", "dragon", "dresser", "drill", "drums", "duck", "dumbbell", "ear",
+    "elbow", "elephant", "envelope", "eraser", "eye", "eyeglasses", "face", "fan", "feather",
+    "fence", "finger", "fire_hydrant", "fireplace", "firetruck", "fish", "flamingo",
+    "flashlight", "flip_flops", "floor_lamp", "flower", "flying_saucer", "foot", "fork", "frog",
+    "frying_pan", "garden", "garden_hose", "giraffe", "goatee", "golf_club", "grapes", "grass",
+    "guitar", "hamburger", "hammer", "hand", "harp", "hat", "headphones", "hedgehog",
+    "helicopter", "helmet", "hexagon", "hockey_puck", "hockey_stick", "horse", "hospital",
+    "hot_air_balloon", "hot_dog", "hot_tub", "hourglass", "house", "house_plant", "hurricane",
+    "ice_cream", "jacket", "jail", "kangaroo", "key", "keyboard", "knee", "knife", "ladder",
+    "lantern", "laptop", "leaf", "leg", "light_bulb", "lighter", "lighthouse", "lightning",
+    "line", "lion", "lipstick", "lobster", "lollipop", "mailbox", "map", "marker", "matches",
+    "megaphone", "mermaid", "microphone", "microwave", "monkey", "moon", "mosquito", "motorbike",
+    "mountain", "mouse", "moustache", "mouth", "mug", "mushroom", "nail", "necklace", "nose",
+    "ocean", "octagon", "octopus", "onion", "oven", "owl", "paint_can", "paintbrush",
+    "palm_tree", "panda", "pants", "paper_clip", "parachute", "parrot", "passport", "peanut",
+    "pear", "peas", "pencil", "penguin", "piano", "pickup_truck", "picture_frame", "pig",
+    "pillow", "pineapple", "pizza", "pliers", "police_car", "pond", "pool", "popsicle",
+    "postcard", "potato", "power_outlet", "purse", "rabbit", "raccoon", "radio", "rain",
+    "rainbow", "rake", "remote_control", "rhinoceros", "rifle", "river", "roller_coaster",
+    "rollerskates", "sailboat", "sandwich", "saw", "saxophone", "school_bus", "scissors",
+    "scorpion", "screwdriver", "sea_turtle", "see_saw", "shark", "sheep", "shoe", "shorts",
+    "shovel", "sink", "skateboard", "skull", "skyscraper", "sleeping_bag", "smiley_face",
+    "snail", "snake", "snorkel", "snowflake", "snowman", "soccer_ball", "sock", "speedboat",
+    "spider", "spoon", "spreadsheet", "square", "squiggle", "squirrel", "stairs", "star",
+    "steak", "stereo", "stethoscope", "stitches", "stop_sign", "stove", "strawberry",
+    "streetlight", "string_bean", "submarine", "suitcase", "sun", "swan", "sweater",
+    "swing_set", "sword", "syringe", "t-shirt", "table", "teapot", "teddy-bear", "telephone",
+    "television", "tennis_racquet", "tent", "The_Eiffel_Tower", "The_Great_Wall_of_China",
+    "The_Mona_Lisa", "tiger", "toaster", "toe", "toilet", "tooth", "toothbrush", "toothpaste",
+    "tornado", "tractor", "traffic_light", "train", "tree", "triangle", "trombone", "truck",
+    "trumpet", "umbrella", "underwear", "van", "vase", "violin", "washing_machine",
+    "watermelon", "waterslide", "whale", "wheel", "windmill", "wine_bottle", "wine_glass",
+    "wristwatch", "yoga", "zebra", "zigzag",
+)
+DOMAINNET_CLASSES = tuple(f.replace("_", " ") for f in DOMAINNET_FOLDERS)
+DOMAINNET_DOMAINS = ("real", "sketch", "clipart", "painting", "quickdraw", "infograph")
+
 
 # ---- specs -----------------------------------------------------------------------------------
 
@@ -791,6 +890,12 @@ _SPECS = (
     _spec("gtzan", GTZAN_CLASSES, MUSIC_TEMPLATES, modality=AUDIO, build_section="GTZAN"),
     _spec("urbansound8k", URBANSOUND8K_CLASSES, SOUND_TEMPLATES, modality=AUDIO,
           build_section="UrbanSound8K", aliases=("us8k", "urbansound")),
+) + tuple(
+    _spec(f"domainnet_{d}", DOMAINNET_CLASSES, DOMAINNET_TEMPLATES[d], build_section="DomainNet",
+          folder_names=DOMAINNET_FOLDERS,
+          aliases=(f"DomainNet-{d}", f"DomainNet {d}", f"dn_{d}")
+          + (("DomainNet-Paint",) if d == "painting" else ()))
+    for d in DOMAINNET_DOMAINS
 )
 
 TASKS: tuple[str, ...] = tuple(s.name for s in _SPECS)

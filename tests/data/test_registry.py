@@ -11,6 +11,9 @@ from platonic_jax.data import registry
 COUNTS = {"eurosat": 10, "dtd": 47, "cars": 196, "gtsrb": 43, "mnist": 10, "resisc45": 45,
           "svhn": 10, "sun397": 397, "cifar100": 100, "imagenet": 1000, "ucmerced": 21, "aid": 30,
           "esc50": 50, "gtzan": 10, "urbansound8k": 10}
+DOMAINNET = tuple(f"domainnet_{d}" for d in ("real", "sketch", "clipart", "painting", "quickdraw",
+                                             "infograph"))
+COUNTS.update({name: 345 for name in DOMAINNET})
 
 
 def test_every_task_is_registered_with_its_class_count():
@@ -76,6 +79,46 @@ def test_get_task_aliases_and_errors():
   assert registry.get_task(spec) is spec
   with pytest.raises(ValueError, match="unknown task 'flowers'.*eurosat.*urbansound8k"):
     registry.get_task("flowers")
+
+
+def test_domainnet_domains_share_one_class_list():
+  specs = [registry.get_task(n) for n in DOMAINNET]
+  first = specs[0]
+  assert first.num_classes == len(set(first.classnames)) == 345
+  assert len(set(registry.DOMAINNET_FOLDERS)) == 345
+  for spec in specs:
+    assert spec.classnames == first.classnames and spec.folder_names == first.folder_names
+    assert spec.modality == registry.IMAGE and not spec.control
+    assert spec.split_name("train") == "train" and spec.split_name("test") == "test"
+    assert spec.build_section == "DomainNet"
+    assert len(spec.templates) >= 3 and all(t.count("{}") == 1 for t in spec.templates)
+    assert all("_" not in c for c in spec.classnames)
+  # each domain prompts in its own words
+  assert len({s.templates for s in specs}) == len(specs)
+  assert "a sketch of a {}." in registry.get_task("domainnet_sketch").templates
+  assert "a photo of a {}." in registry.get_task("domainnet_real").templates
+  # label order: the release's folders, alphabetical ignoring case
+  folders = registry.DOMAINNET_FOLDERS
+  assert list(folders) == sorted(folders, key=str.lower)
+  assert folders[:3] == ("aircraft_carrier", "airplane", "alarm_clock") and folders[-1] == "zigzag"
+  names = first.classnames
+  assert names[0] == "aircraft carrier" and names[folders.index("The_Eiffel_Tower")] == (
+      "The Eiffel Tower")
+  index = first.class_index()
+  assert index[registry.folder_key("The_Great_Wall_of_China")] == folders.index(
+      "The_Great_Wall_of_China")
+  assert index[registry.folder_key("teddy-bear")] == index[registry.folder_key("teddy bear")]
+
+
+def test_domainnet_aliases():
+  assert registry.get_task("DomainNet-Sketch").name == "domainnet_sketch"
+  assert registry.get_task("DomainNet-Real").name == "domainnet_real"
+  assert registry.get_task("domainnet real").name == "domainnet_real"
+  assert registry.get_task("DomainNet_Infograph").name == "domainnet_infograph"
+  assert registry.get_task("DomainNet-Paint").name == "domainnet_painting"
+  assert registry.get_task("dn_quickdraw").name == "domainnet_quickdraw"
+  with pytest.raises(ValueError, match="unknown task"):
+    registry.get_task("DomainNet")
 
 
 def test_imagenet_split_and_sorted_folders():

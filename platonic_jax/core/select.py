@@ -150,7 +150,9 @@ def select_rank_ridge(Z, G, U, *, ranks: Sequence[int] | None = None,
     Z: `(n, d)` target probe embeddings on the grid (normalised here).
     G: `(C, d)` target class embeddings (normalised here).
     U: `(n, C)` descriptor, or `(S, n, C)` for several sources at once (one pass).
-    ranks: rank caps (default `default_ranks(C, d, include_ceiling=...)`).
+    ranks: rank caps (default `default_ranks(C, d, include_ceiling=...)`, dropping caps above
+      the numerical rank of the centred class embeddings, e.g. for near-duplicate prompts;
+      caps given explicitly must all be usable).
     ridges: dimensionless ridges (default `{1e-4, 1e-3, 1e-2, 1e-1}`).
     folds: number of folds K; seed: fold permutation seed.
     include_ceiling: also try the ceiling `min(C-1, d)` when it is not a power of two.
@@ -166,6 +168,11 @@ def select_rank_ridge(Z, G, U, *, ranks: Sequence[int] | None = None,
   C = G.shape[0]
   if ranks is None:
     ranks = default_ranks(C, d, include_ceiling=include_ceiling)
+    usable = _solve.numerical_rank(_solve._landmark_svd(l2_normalize(G))[1], d)
+    if usable < 1:
+      raise ValueError("the centred class embeddings Gc are numerically zero (all class "
+                       "embeddings coincide): no operator can be solved on this grid")
+    ranks = tuple(r for r in ranks if r <= usable) or (usable,)
   ranks, ridges = _solve._check_sweep(ranks, ridges, C, d)
   method = _solve._check_method(method)
   Zh, Gh = l2_normalize(Z), l2_normalize(G)

@@ -135,10 +135,16 @@ def _check_inputs(Z, G, U, *, same_dim: bool, U_batched: bool):
   return Z, G, U
 
 
-def _check_numerical_rank(S: jax.Array, rank: int, dim: int) -> None:
+def numerical_rank(S: jax.Array, dim: int) -> int:
+  """Number of singular values ``S`` of the centred (unit-row) class embeddings above the
+  tolerance, relative to the largest and never below the scale of the unit rows themselves."""
   s = np.asarray(S, dtype=np.float64)
-  tol = s[0] * max(s.shape[0], dim) * np.finfo(np.asarray(S).dtype).eps * 10
-  numerical = int(np.sum(s > tol))
+  tol = max(s[0], 1.0) * max(s.shape[0], dim) * np.finfo(np.asarray(S).dtype).eps * 10
+  return int(np.sum(s > tol))
+
+
+def _check_numerical_rank(S: jax.Array, rank: int, dim: int) -> None:
+  numerical = numerical_rank(S, dim)
   if rank > numerical:
     raise ValueError(f"rank {rank} exceeds the numerical rank {numerical} of the centred class "
                      f"embeddings Gc (some class embeddings are (nearly) affinely dependent)")

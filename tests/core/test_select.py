@@ -118,3 +118,20 @@ def test_operator_solve_runs_selection_and_keeps_the_table():
   fixed = Operator.solve(Z, G, Descriptor.single(grid, U, "clip-l"), target_id="tgt", rank=2,
                          ridge=1e-2)
   assert fixed.selection is None and fixed.rank == 2
+
+
+def test_default_ranks_stop_at_the_numerical_rank_of_the_class_embeddings():
+  rng = np.random.default_rng(0)
+  n, d, C = 60, 16, 9
+  Z = rng.normal(size=(n, d))
+  basis = rng.normal(size=(3, d))
+  G = rng.normal(size=(C, 3)) @ basis  # centred class embeddings span at most 3 directions
+  G = G / np.linalg.norm(G, axis=1, keepdims=True)
+  U = rng.normal(size=(n, C))
+  U -= U.mean(1, keepdims=True)
+  sel = select_rank_ridge(Z, G, U, folds=3)
+  assert max(sel.ranks) <= 3 and sel.rank <= 3  # the default grid (2, 4, 8) is capped
+  with pytest.raises(ValueError, match="exceeds the numerical rank"):
+    select_rank_ridge(Z, G, U, ranks=(2, 8), folds=3)  # caps given explicitly must be usable
+  with pytest.raises(ValueError, match="numerically zero"):
+    select_rank_ridge(Z, np.tile(G[:1], (C, 1)), U, folds=3)

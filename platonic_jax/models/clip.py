@@ -16,7 +16,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from platonic_jax.models.layers import Dense, Embed, LayerNorm, activation, attention
+from platonic_jax.models.layers import (Dense, Embed, LayerNorm, activation, attention,
+                                        fused_dense)
 
 NEG_INF = -1e9
 
@@ -80,9 +81,12 @@ class CLIPAttention(nnx.Module):
   def __call__(self, x, bias=None, kv=None):
     """x (B, Tq, D) queries, kv (B, T, D) keys/values (default x), bias additive
     (B|1, 1, Tq|1, T) -> (B, Tq, D)."""
-    kv = x if kv is None else kv
-    out = attention(self.q_proj(x), self.k_proj(kv), self.v_proj(kv), self.num_heads, bias)
-    return self.out_proj(out)
+    if kv is None:
+      q, k, v = fused_dense((self.q_proj, self.k_proj, self.v_proj), x)
+    else:
+      q = self.q_proj(x)
+      k, v = fused_dense((self.k_proj, self.v_proj), kv)
+    return self.out_proj(attention(q, k, v, self.num_heads, bias))
 
 
 class CLIPMLP(nnx.Module):
@@ -126,6 +130,11 @@ class CLIPEncoder(nnx.Module):
     """x (B, T, D) -> (B, T, D), or (B, 1, D) when only the first token is read out."""
     last = len(self.layers) - 1
     for i, layer in enumerate(self.layers):
+      if i:
+        # A fusion barrier between blocks (an identity; under autodiff also on the residual
+        # stream's gradient): without it XLA CPU re-fuses the backward residual sum of every
+        # block above into each block's gradient, work quadratic in depth.
+        x = jax.lax.optimization_barrier(x)
       x = layer(x, bias, first_token_only=first_token_only and i == last)
     return x
 

@@ -88,6 +88,35 @@ class Dense(nnx.Module):
     return y
 
 
+def fused_dense(layers, x: jax.Array) -> tuple[jax.Array, ...]:
+  """``tuple(layer(x) for layer in layers)`` for ``Dense`` layers reading the same input, with
+  one matmul for all their kernels.
+
+  The kernels are concatenated along their output axis, and so are the ``lora_a`` of the layers
+  carrying an adapter (a second, rank-wide matmul): ``x`` is read once per group, and the input
+  gradient is one matmul over the concatenated output gradients instead of one per layer plus
+  their sum. The adapter's matmul stays separate from the kernels' so that differentiating
+  ``lora_a`` never computes a gradient for the frozen kernels. Each output is the same sum as
+  ``layer(x)``: ``x @ kernel + bias + scale * (x @ lora_a) @ lora_b``.
+  """
+  dtype = x.dtype
+  layers = tuple(layers)
+  kernel = jnp.concatenate([m.kernel[...] for m in layers], axis=1).astype(dtype)
+  outs = jax.lax.split(x @ kernel, [m.out_features for m in layers], axis=-1)
+  adapted = [m for m in layers if m.lora_a is not None]
+  if adapted:
+    a = jnp.concatenate([m.lora_a[...] for m in adapted], axis=1).astype(dtype)
+    low = iter(jax.lax.split(x @ a, [m.lora_a.shape[-1] for m in adapted], axis=-1))
+  res = []
+  for m, o in zip(layers, outs):
+    if m.bias is not None:
+      o = o + m.bias[...].astype(dtype)
+    if m.lora_a is not None:
+      o = o + (next(low) @ m.lora_b[...].astype(dtype)) * jnp.asarray(m.lora_scale, dtype)
+    res.append(o)
+  return tuple(res)
+
+
 class LayerNorm(nnx.Module):
   """LayerNorm over the last axis; statistics in fp32. Params ``scale`` (D,), ``bias`` (D,)."""
 

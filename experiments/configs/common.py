@@ -58,6 +58,14 @@ def first_family(c: ml_collections.ConfigDict) -> list[str]:
   return sorted(c.data.world.families)[:1]
 
 
+def absorbing_targets(c: ml_collections.ConfigDict) -> list[str]:
+  """Targets of the tables read on the absorbing families: those four for the paper's models,
+  every family of the toy world (empty list), the first family of the micro world."""
+  if c.variant == "micro":
+    return first_family(c)
+  return list(ABSORBING) if c.variant == "default" else []
+
+
 def base(experiment: str, arg: str | None) -> ml_collections.ConfigDict:
   variant = arg or "default"
   if variant not in VARIANTS:

@@ -17,11 +17,7 @@ from experiments.configs import common
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = common.base("rank_cap", arg)
-  c.targets = list(common.ABSORBING)
+  c.targets = common.absorbing_targets(c)
   c.sources = []
   c.settings = ["cross_model"]
-  if c.variant != "default":
-    c.targets = []
-  if c.variant == "micro":
-    c.targets = common.first_family(c)
   return c

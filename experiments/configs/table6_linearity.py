@@ -17,11 +17,7 @@ from experiments.configs import common
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = common.base("linearity", arg)
-  c.targets = list(common.ABSORBING)
-  c.sources = ["siglip-l", "siglip2-l", "clip-l"]
+  c.targets = common.absorbing_targets(c)
+  c.sources = ["siglip-l", "siglip2-l", "clip-l"] if c.variant == "default" else []
   c.coefs = [1.0, -1.5, 1.0]
-  if c.variant != "default":
-    c.targets, c.sources = [], []
-  if c.variant == "micro":
-    c.targets = common.first_family(c)
   return c

@@ -200,7 +200,8 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, num_heads: int,
   (0 where attended, a large negative number where masked). Returns (B, T, D).
   Scores and softmax are computed in fp32. Heads are moved in front of the tokens once, and the
   backward pass is the written-out softmax-attention gradient (``_sdpa``): the same math as
-  autodiff, in one layout, which XLA CPU runs faster.
+  autodiff, in one layout, which XLA CPU runs faster. Being a ``jax.custom_vjp``, it supports
+  reverse-mode differentiation (``grad``, ``vjp``) but not forward mode (``jvp``, ``jacfwd``).
   """
   b, t, d = q.shape
   hd = d // num_heads

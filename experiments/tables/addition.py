@@ -117,14 +117,7 @@ def table1(records) -> str:
     return ""
   controls = cells_[0]["metrics"]["controls"]
   header = ["Method", "Task A ↑", "Task B ↑"] + controls
-  out = []
-  for setting in (C.SAME, C.CROSS, C.MIXED):
-    block = [r for r in cells_ if r["cell"]["setting"] == setting]
-    if not block:
-      continue
-    rows = [["Zero-shot"] + [C.fmt(v) for v in C.column_means([_cols(r, "zero_shot") for r in block])]]
-    rows += C.method_rows(block, METHODS, _cols, len(block))
-    out.append(C.md_table(header, rows, f"{C.SETTING_TITLES[setting]} ({len(block)} cells)"))
+  out = C.setting_tables(cells_, (C.SAME, C.CROSS, C.MIXED), header, METHODS, _cols)
   alpha = cells_[0]["metrics"]["alpha"]
   return ("### Table 1: addition, in percent\n\nThe closed form acts at alpha = "
           f"{alpha:g}, the adapter at full strength, weight-space arithmetic at its lambda per "

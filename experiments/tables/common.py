@@ -128,6 +128,20 @@ def column_means(rows: Sequence[Sequence[float]]) -> list[float]:
   return [mean([r[i] for r in rows]) for i in range(len(rows[0]))]
 
 
+def setting_tables(records, settings, header, methods, cols) -> list[str]:
+  """One markdown table per setting present in ``records``: a zero-shot row, then one row per
+  method (``method_rows``), titled with the setting and its cell count."""
+  out = []
+  for setting in settings:
+    block = [r for r in records if r["cell"]["setting"] == setting]
+    if not block:
+      continue
+    rows = [["Zero-shot"] + [fmt(v) for v in column_means([cols(r, "zero_shot") for r in block])]]
+    rows += method_rows(block, methods, cols, len(block))
+    out.append(md_table(header, rows, f"{SETTING_TITLES[setting]} ({len(block)} cells)"))
+  return out
+
+
 def method_rows(records: Sequence[dict], methods: Mapping[str, str], columns: Callable[[dict, str], list],
                 n_base: int) -> list[list[str]]:
   """Rows ``[label, *means]`` for each method present; a label gets ``[k cells]`` when the

@@ -77,14 +77,7 @@ def render(records) -> str:
     return ""
   controls = records[0]["metrics"]["controls"]
   header = ["Method", "Removed task ↓"] + controls
-  out = []
-  for setting in (C.SAME, C.CROSS):
-    block = [r for r in records if r["cell"]["setting"] == setting]
-    if not block:
-      continue
-    rows = [["Zero-shot"] + [C.fmt(v) for v in C.column_means([_cols(r, "zero_shot") for r in block])]]
-    rows += C.method_rows(block, METHODS, _cols, len(block))
-    out.append(C.md_table(header, rows, f"{C.SETTING_TITLES[setting]} ({len(block)} cells)"))
+  out = C.setting_tables(records, (C.SAME, C.CROSS), header, METHODS, _cols)
   lam = records[0]["metrics"]["lambda"]
   return (f"### Table 2: negation at lambda = {lam:g}, in percent\n\nGrouped as in Table 1; "
           "gradient ascent runs at a fixed budget, not a strength.\n\n" + "\n".join(out))

@@ -13,21 +13,31 @@ adapter initialisation, so their affinities and per-step losses must agree (chec
 sides alternate step by step after warm-up, so load from other processes hits both alike.
 Prints steps/s for both and the ratio.
 
-Memory: a ViT-B/16 step at batch 16 holds ~4 GB of activations. XLA allocates them afresh every
-step through glibc (as PyTorch's CPU allocator does), which maps blocks over 32 MB with mmap and
-unmaps them on free, so every step page-faults ~1M fresh 4 KiB pages (measured: ~3 s of kernel
-time per JAX step on 2 cores). The benchmark therefore runs under ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` (glibc >=
-2.35: transparent huge pages for malloc's mappings, ~50x fewer faults; ``--nohugepages`` turns
-it off). Training runs on CPU benefit from the same environment setting.
+Memory: a ViT-B/16 step at batch 16 holds ~2-4 GB of activations (XLA: one 2.2 GB temporary
+buffer per step). Two environment settings, applied to both sides (the benchmark re-executes
+itself with them in ``GLIBC_TUNABLES``):
+
+* ``glibc.malloc.hugetlb=1`` (glibc >= 2.35; ``--nohugepages`` turns it off): transparent huge
+  pages for malloc's memory. glibc maps blocks over 32 MB with mmap and unmaps them on free, so
+  without it every step page-faults ~1M fresh 4 KiB pages (~3 s of kernel time per JAX step).
+* ``glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=64GiB``
+  (``--nokeep_memory`` turns it off): large blocks come from the one heap and freed memory stays
+  in the process, so the next step reuses pages that are already mapped. Without it, on this
+  (virtual) machine memory that has been free for about two seconds is handed back to the host
+  and costs ~2.5 ms per 2 MB page to fault in again: XLA's temporary buffer is unmapped after
+  each step, and when the other side's step runs in between, the next JAX step spent 6-7 s in
+  the kernel (measured, machine otherwise idle: JAX 7.9-8.6 s a step alternating with torch vs
+  3.9-4.7 s back to back; torch, whose smaller blocks glibc keeps, 7-10 s either way). With the
+  setting: no page faults after the first step, JAX 4.3-4.4 s and torch 7.0-7.4 s alternating.
+
+Training runs on CPU benefit from the same settings.
 
 Dot kernels: the JAX side runs with ``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=``
-(``--noeigen_dots`` turns it off), which makes XLA CPU run matmuls with its Eigen kernels rather
-than as YNNPACK fusions. Eigen splits each matmul into many small tasks on a work-stealing pool;
-YNNPACK's fusions split the work once per thread and wait for the slowest, so on cores shared
-with other processes (load above the core count) they lose a third or more of the step; measured
-in one process, same step compiled both ways, alternating: 1.2-1.7x faster step with Eigen at
-load 4-7. Unloaded, the two are close (YNNPACK's large matmuls are faster when both cores are
-free). Set the same flag for CPU training runs on shared machines.
+(``--noeigen_dots`` turns it off): XLA CPU runs matmuls with its Eigen kernels instead of as
+YNNPACK fusions. Measured in one process, the same step compiled both ways and timed
+alternately: at load 4-7 on the 2 cores (other processes), the Eigen step was 1.2-1.7x faster
+(median of adjacent pairs, three runs); at load ~2 the two were within noise (1.08x, range
+0.8-1.2). Set the same flag for CPU training runs on shared machines.
 """
 
 from __future__ import annotations
@@ -54,10 +64,17 @@ flags.DEFINE_integer("threads", 0, "torch and XLA intra-op threads (0: os.cpu_co
 flags.DEFINE_bool("eigen_dots", True, "compile the JAX step with XLA_FLAGS=" + "--xla_cpu_experimental_"
                   "ynn_fusion_type= (XLA's Eigen dot kernels instead of YNNPACK fusions; see the "
                   "module docstring)")
+flags.DEFINE_bool("keep_memory", True, "run under GLIBC_TUNABLES=" + "glibc.malloc.arena_max=1:"
+                  "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=64GiB (see the module "
+                  "docstring); applies to both sides")
 flags.DEFINE_bool("hugepages", True, "run under GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (see the "
                   "module docstring); applies to both sides")
 
 HUGETLB = "glibc.malloc.hugetlb=1"
+# One malloc arena that never maps large blocks separately and never gives memory back: a freed
+# activation buffer is reused by the next step instead of being returned to the OS.
+KEEP_MEMORY = ("glibc.malloc.arena_max=1", "glibc.malloc.mmap_max=0",
+               "glibc.malloc.trim_threshold=68719476736")
 EIGEN_DOTS = "--xla_cpu_experimental_ynn_fusion_type="
 
 
@@ -159,9 +176,11 @@ LR = 1e-3
 def main(argv):
   del argv
   tunables = os.environ.get("GLIBC_TUNABLES", "")
-  if FLAGS.hugepages and HUGETLB not in tunables:
-    # glibc reads its tunables at start-up only: run again with the setting in place.
-    env = dict(os.environ, GLIBC_TUNABLES=":".join(t for t in (tunables, HUGETLB) if t))
+  wanted = ([HUGETLB] if FLAGS.hugepages else []) + (list(KEEP_MEMORY) if FLAGS.keep_memory else [])
+  missing = [t for t in wanted if t not in tunables.split(":")]
+  if missing:
+    # glibc reads its tunables at start-up only: run again with the settings in place.
+    env = dict(os.environ, GLIBC_TUNABLES=":".join(t for t in [tunables] + missing if t))
     os.execve(sys.executable, [sys.executable, "-m", "experiments.bench_lora"] + sys.argv[1:], env)
   if FLAGS.eigen_dots and EIGEN_DOTS not in os.environ.get("XLA_FLAGS", ""):
     # Read when JAX's CPU backend starts (first use below), so setting it here is enough.

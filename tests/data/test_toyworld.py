@@ -159,6 +159,38 @@ def test_conflation_renames_the_first_pairs_only():
     captions.conflation_table("size", 2)
 
 
+def test_swap_trades_the_names_of_the_first_pairs_at_its_rate():
+  a = _attrs(4000, seed=5)
+  said_of = lambda ids: [next(w for w in t.split() if w in render.ATTRIBUTES["color"])
+                         for t in captions.caption_texts(ids)]
+  truth = [render.ATTRIBUTES["color"][c] for c in a["color"]]
+  pairs = captions.CONFUSIONS["color"][:2]  # orange <-> red, cyan <-> green
+  other = {**{x: y for x, y in pairs}, **{y: x for x, y in pairs}}
+  ids, _ = captions.caption_ids(a, np.random.default_rng(1), {"color": 1.0}, swap={"color": 2},
+                                swap_rate=1.0)
+  for s_, t_ in zip(said_of(ids), truth):
+    assert s_ == other.get(t_, t_)
+  # at rate 0.65 a swapped class is called by its partner's name about 65 % of the time and
+  # every name still marks one class only
+  ids, _ = captions.caption_ids(a, np.random.default_rng(2), {"color": 1.0}, swap={"color": 2},
+                                swap_rate=0.65)
+  said = np.array(said_of(ids))
+  truth = np.array(truth)
+  for x, y in pairs:
+    for cls, partner in ((x, y), (y, x)):
+      rate = np.mean(said[truth == cls] == partner)
+      assert 0.58 < rate < 0.72, (cls, rate)
+      assert set(said[truth == cls]) == {cls, partner}
+  assert set(said[truth == "purple"]) == {"purple"}
+  np.testing.assert_array_equal(captions.conflation_table("color", 1, symmetric=True),
+                                [1, 0, 2, 3, 4, 5, 6, 7])
+  with pytest.raises(ValueError, match="both conflated and swapped"):
+    captions.caption_ids(a, np.random.default_rng(0), {"color": 1.0}, confuse={"color": 1},
+                         swap={"color": 1}, swap_rate=0.5)
+  with pytest.raises(ValueError, match="unknown attributes"):
+    captions.caption_ids(a, np.random.default_rng(0), {"color": 1.0}, swap={"hue": 1})
+
+
 def test_view_schedule_cycles_views_by_weight():
   cap = {"views": {"b": {"color": 1.0}, "a": {"shape": 1.0}}, "view_weights": {"b": 2}}
   assert world_lib.view_schedule(cap) == ["a", "b", "b"]

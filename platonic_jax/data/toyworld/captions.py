@@ -16,6 +16,12 @@ how well contrastive pretraining teaches each attribute:
 * conflation: the first ``confuse[a]`` pairs of ``CONFUSIONS[a]`` are conflated -- an image of the
   first class is called by the second class's name with probability ``confuse_rate`` -- the way
   web captions merge similar concepts; it lowers zero-shot accuracy on well-learned attributes;
+* swaps: the first ``swap[a]`` pairs of ``CONFUSIONS[a]`` trade names -- an image of either class
+  is called by the other's name with probability ``swap_rate`` -- the way a caption stream can
+  name two concepts consistently wrong. Unlike conflation, the captions still tell the two
+  classes apart (each name marks one class), so the image tower learns the distinction and only
+  the text side's names are wrong: zero-shot accuracy drops on the swapped classes while the
+  embedding keeps what a linear readout needs;
 * noise: a mentioned value is replaced by a uniformly random one with this probability.
 
 Captions are built directly as ids of the world's word-level tokenizer; ``caption_texts``
@@ -83,8 +89,9 @@ _COUNT_NOUN = np.array([WORD_ID["dot"]] + [WORD_ID["dots"]] * (len(ATTRIBUTES["c
 MAX_CAPTION_TOKENS = 19  # bos + the longest caption above + eos
 
 
-def conflation_table(attribute: str, pairs: int) -> np.ndarray:
-  """(K,) the class each class is called when conflated (itself unless in the first pairs)."""
+def conflation_table(attribute: str, pairs: int, symmetric: bool = False) -> np.ndarray:
+  """(K,) the class each class is called when conflated (itself unless in the first pairs);
+  ``symmetric``: both classes of a pair are called by the other's name (a swap)."""
   values = ATTRIBUTES[attribute]
   table = np.arange(len(values))
   if pairs > len(CONFUSIONS[attribute]):
@@ -92,28 +99,36 @@ def conflation_table(attribute: str, pairs: int) -> np.ndarray:
                      f"asked for {pairs}")
   for src, dst in CONFUSIONS[attribute][:pairs]:
     table[values.index(src)] = values.index(dst)
+    if symmetric:
+      table[values.index(dst)] = values.index(src)
   return table
 
 
 def caption_ids(attrs: Mapping[str, np.ndarray], rng: np.random.Generator,
                 mention: Mapping[str, float], noise: Mapping[str, float] | None = None,
                 confuse: Mapping[str, int] | None = None, confuse_rate: float = 0.0,
+                swap: Mapping[str, int] | None = None, swap_rate: float = 0.0,
                 length: int = MAX_CAPTION_TOKENS) -> tuple[np.ndarray, np.ndarray]:
   """Attributes {name: int (B,)} -> (ids (B, length) int32, mask (B, length) int32).
 
   mention[a]: probability that attribute ``a`` is mentioned (missing -> 0). noise[a]:
   probability that a mentioned value is replaced by a uniform random one. confuse[a]: number of
   conflated pairs of ``a`` (see the module docstring), applied with probability
-  ``confuse_rate``. Right-padded with the pad id; every row is ``bos ... eos``; ``length`` must
+  ``confuse_rate``; swap[a]: number of swapped pairs of ``a``, applied with probability
+  ``swap_rate`` (an attribute may not be both conflated and swapped). Right-padded with the pad id; every row is ``bos ... eos``; ``length`` must
   be at least ``MAX_CAPTION_TOKENS``.
   """
   if length < MAX_CAPTION_TOKENS:
     raise ValueError(f"length must be >= {MAX_CAPTION_TOKENS}, got {length}")
   noise = noise or {}
   confuse = confuse or {}
-  unknown = (set(mention) | set(noise) | set(confuse)) - set(ATTRIBUTES)
+  swap = swap or {}
+  unknown = (set(mention) | set(noise) | set(confuse) | set(swap)) - set(ATTRIBUTES)
   if unknown:
     raise ValueError(f"unknown attributes in caption settings: {sorted(unknown)}")
+  both = sorted(a for a in set(confuse) & set(swap) if confuse[a] and swap[a])
+  if both:
+    raise ValueError(f"attributes both conflated and swapped: {both}; choose one per attribute")
   b = int(attrs["shape"].shape[0])
   said, value = {}, {}
   for a in ATTRIBUTES:  # fixed order: the stream is a pure function of the rng state
@@ -123,6 +138,9 @@ def caption_ids(attrs: Mapping[str, np.ndarray], rng: np.random.Generator,
     rand = rng.integers(0, len(ATTRIBUTES[a]), size=b)
     v = np.asarray(attrs[a])
     v = np.where(conflate, conflation_table(a, int(confuse.get(a, 0)))[v], v)
+    if swap.get(a):  # drawn only for swapped attributes: other streams stay as they were
+      swapped = rng.uniform(size=b) < float(swap_rate)
+      v = np.where(swapped, conflation_table(a, int(swap[a]), symmetric=True)[v], v)
     value[a] = np.where(flip, rand, v)
   const = lambda w: np.full(b, WORD_ID[w], np.int32)
   word = lambda a, k=0: np.where(said[a], _value_ids(a, k)[value[a]], -1)

@@ -48,6 +48,7 @@ import tempfile
 import time
 
 from absl import app, flags
+from experiments import malloc_env
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("batch", 16, "probe images per step")
@@ -70,11 +71,7 @@ flags.DEFINE_bool("keep_memory", True, "run under GLIBC_TUNABLES=" + "glibc.mall
 flags.DEFINE_bool("hugepages", True, "run under GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (see the "
                   "module docstring); applies to both sides")
 
-HUGETLB = "glibc.malloc.hugetlb=1"
-# One malloc arena that never maps large blocks separately and never gives memory back: a freed
-# activation buffer is reused by the next step instead of being returned to the OS.
-KEEP_MEMORY = ("glibc.malloc.arena_max=1", "glibc.malloc.mmap_max=0",
-               "glibc.malloc.trim_threshold=68719476736")
+HUGETLB, KEEP_MEMORY = malloc_env.HUGETLB, malloc_env.KEEP_MEMORY
 EIGEN_DOTS = "--xla_cpu_experimental_ynn_fusion_type="
 
 
@@ -175,13 +172,9 @@ LR = 1e-3
 
 def main(argv):
   del argv
-  tunables = os.environ.get("GLIBC_TUNABLES", "")
-  wanted = ([HUGETLB] if FLAGS.hugepages else []) + (list(KEEP_MEMORY) if FLAGS.keep_memory else [])
-  missing = [t for t in wanted if t not in tunables.split(":")]
-  if missing:
-    # glibc reads its tunables at start-up only: run again with the settings in place.
-    env = dict(os.environ, GLIBC_TUNABLES=":".join(t for t in [tunables] + missing if t))
-    os.execve(sys.executable, [sys.executable, "-m", "experiments.bench_lora"] + sys.argv[1:], env)
+  # glibc reads its tunables at start-up only: run again with the settings in place.
+  malloc_env.reexec_with_tunables("experiments.bench_lora", sys.argv[1:],
+                                  hugepages=FLAGS.hugepages, keep_memory=FLAGS.keep_memory)
   if FLAGS.eigen_dots and EIGEN_DOTS not in os.environ.get("XLA_FLAGS", ""):
     # Read when JAX's CPU backend starts (first use below), so setting it here is enough.
     os.environ["XLA_FLAGS"] = " ".join(f for f in (os.environ.get("XLA_FLAGS", ""), EIGEN_DOTS) if f)

@@ -158,7 +158,8 @@ def solve_operators(models, tasks, emb, sources, names, cfg, log=print) -> dict:
                                                  provenance=Provenance(source=f"random~{s}"))
       # one batched selection over every source of this (target, grid)
       sels = select_rank_ridge(e.probes, e.G, np.stack([np.asarray(d.only.U) for d in descs.values()]),
-                               folds=cfg.folds, seed=cfg.seed)
+                               folds=cfg.folds, seed=cfg.seed,
+                               include_ceiling=bool(cfg.get("include_ceiling", False)))
       for (s, desc), sel in zip(descs.items(), sels):
         op = Operator.solve(e.probes, e.G, desc, target_id=target_id, rank=sel.rank,
                             ridge=sel.ridge, source=s)
@@ -168,8 +169,12 @@ def solve_operators(models, tasks, emb, sources, names, cfg, log=print) -> dict:
 
 
 def _closed_form_accs(emb_t, tasks, eval_tasks, terms) -> dict:
-  return {t: test_accuracy(np.asarray(apply_operators(emb_t[t].test, terms)), tasks[t], emb_t[t].G)
-          for t in eval_tasks}
+  edited = {}  # tasks labelling the same test pool share one edited copy of its embeddings
+  for t in eval_tasks:
+    Z = emb_t[t].test
+    if id(Z) not in edited:
+      edited[id(Z)] = np.asarray(apply_operators(Z, terms))
+  return {t: test_accuracy(edited[id(emb_t[t].test)], tasks[t], emb_t[t].G) for t in eval_tasks}
 
 
 def _model_accs(model, tasks, emb_t, eval_tasks) -> dict:

@@ -4,7 +4,7 @@
     python -m experiments.probe_world --config=experiments/configs/toy_world.py:micro
 
 ``get_config()`` is the main job's world: three CLIP families and one SigLIP family (pretraining
-all four, cold, takes about 8-12 minutes on a 2-core CPU; cached afterwards);
+all four, cold, takes about 10 minutes on a 2-core CPU; cached afterwards);
 ``get_config("micro")`` is a two-family world (one CLIP, one SigLIP) small enough for the test
 suite. Fields:
 
@@ -17,8 +17,10 @@ suite. Fields:
   captions.views / view_weights: caption views (attribute -> mention rate); each pretraining
     batch is captioned in one view, cycling through the views, each repeated by its weight.
   captions.confuse / confuse_rate: conflated class pairs per attribute and how often an image
-    of a conflated class is called by its partner's name; captions.noise: wrong-value rates.
-    (Together they set how well the pretrained models know each attribute.)
+    of a conflated class is called by its partner's name; captions.swap / swap_rate: swapped
+    class pairs (both classes called by the other's name at that rate); captions.noise:
+    wrong-value rates. (Together they set how well the pretrained models know each attribute
+    and how far their zero-shot heads fall short of what their embeddings hold.)
   pretrain: the contrastive trainer (platonic_jax.core.pretrain.PretrainConfig) plus batch_size.
   tasks: n_train / n_test images (shared pools for all ten tasks), n_probes per task.
   families: name -> vision / text tower sizes, projection_dim, optional steps override, arch:
@@ -64,12 +66,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   )
   c.captions.view_weights = dict()
   c.captions.noise = dict()
-  # Conflated class pairs per attribute (captions.CONFUSIONS), the same for every family (web
-  # captions share their biases): the image towers still tell the classes apart (from the
-  # captions that name them right), but the zero-shot head calls one by the other's name.
-  c.captions.confuse = dict(shape=1, color=4, size=1, position=2, fill=1, pattern=2, digit=3,
-                            count=2)
-  c.captions.confuse_rate = 0.8
+  # Swapped class pairs per attribute (the first pairs of captions.CONFUSIONS), the same for
+  # every family (web captions share their biases): with probability swap_rate an image of
+  # either class of a pair is called by the other's name. Each name still marks one class, so
+  # the image towers learn the distinction, while the zero-shot head names the pair the wrong
+  # way round -- the errors a labeled fine-tune fixes and a linear map of the embedding can
+  # express. (captions.confuse / confuse_rate: one-way conflation, off here.)
+  c.captions.confuse = dict()
+  c.captions.confuse_rate = 0.0
+  c.captions.swap = dict(shape=1, color=2, position=1, fill=1, pattern=1, digit=2, count=1)
+  c.captions.swap_rate = 0.65
 
   c.pretrain = ml_collections.ConfigDict(dict(
       steps=4000, batch_size=64, learning_rate=1e-3, warmup_steps=200, weight_decay=0.1,
@@ -78,16 +84,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.tasks = ml_collections.ConfigDict(dict(n_train=2000, n_test=1500, n_probes=200))
 
   c.families = ml_collections.ConfigDict(dict(
-      # vision: width 64, 2 layers, 4x4 grid of 8-pixel patches; embedding 32.
-      **{"clip-a": _family(_tower(64, 2, 2, patch_size=8), _tower(64, 1, 2), 32)},
+      # vision: width 64, 2 layers, 4x4 grid of 8-pixel patches; embedding 64.
+      **{"clip-a": _family(_tower(64, 2, 2, patch_size=8), _tower(64, 1, 2), 64)},
       # wider and deeper vision tower; embedding 48.
       **{"clip-b": _family(_tower(96, 3, 3, patch_size=8), _tower(48, 1, 2), 48)},
-      # narrow vision tower on a fine 8x8 grid of 4-pixel patches; 2-layer text; embedding 64.
-      **{"clip-c": _family(_tower(48, 2, 2, patch_size=4), _tower(32, 2, 2), 64)},
+      # narrow vision tower on a fine 8x8 grid of 4-pixel patches; 2-layer text; embedding 96.
+      **{"clip-c": _family(_tower(48, 2, 2, patch_size=4), _tower(32, 2, 2), 96)},
       # SigLIP towers (attention-pooling head; the embedding is the vision width, 80), trained
-      # with the sigmoid loss.
+      # with the sigmoid loss, which learns more slowly at this batch size: 6000 steps.
       **{"siglip-d": _family(_tower(80, 2, 2, patch_size=8), _tower(64, 1, 2), 80,
-                             arch="siglip")},
+                             steps=6000, arch="siglip")},
   ))
 
   if variant == "micro":
@@ -102,6 +108,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                             scene=dict(tone=0.9, frame=0.9, style=0.9))
     c.captions.view_weights = dict()
     c.captions.confuse = dict()
+    c.captions.swap = dict()
     c.tasks = ml_collections.ConfigDict(dict(n_train=256, n_test=256, n_probes=64))
     c.families = ml_collections.ConfigDict(dict(
         **{"clip-a": _family(_tower(32, 1, 2, patch_size=8), _tower(32, 1, 2), 24)},

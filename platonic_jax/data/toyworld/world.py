@@ -27,7 +27,7 @@ from platonic_jax.data import tokenizer as tok
 from platonic_jax.data.toyworld import captions, render, tasks as tasks_lib
 
 # Bump when rendering, captions or the trainer change what a config produces.
-WORLD_VERSION = "toyworld/2"
+WORLD_VERSION = "toyworld/3"
 CACHE_ENV = "PLATONIC_JAX_CACHE"
 _COMPLETE = "meta.json"
 
@@ -188,6 +188,7 @@ def pretrain_batches(config: Mapping, family: str, attrs: Mapping[str, np.ndarra
   schedule = view_schedule(cap)
   kwargs = dict(noise=dict(cap.get("noise") or {}), confuse=dict(cap.get("confuse") or {}),
                 confuse_rate=float(cap.get("confuse_rate") or 0.0),
+                swap=dict(cap.get("swap") or {}), swap_rate=float(cap.get("swap_rate") or 0.0),
                 length=int(config["max_text_length"]))
   n = images.shape[0]
   unmasked = family_arch(config, family) == "siglip"

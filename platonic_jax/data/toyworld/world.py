@@ -149,6 +149,11 @@ def family_cache_dir(config: Mapping, family: str) -> str:
                       f"{family}-{family_key(config, family)[:16]}")
 
 
+def is_cached(config: Mapping, family: str) -> bool:
+  """Whether the family's pretrained weights are in the cache (a complete entry)."""
+  return os.path.isfile(os.path.join(family_cache_dir(config, family), _COMPLETE))
+
+
 def preprocessor(image_size: int):
   """What turns a rendered PIL image into the world's normalised arrays."""
   from platonic_jax.models.preprocess import ImagePreprocessor

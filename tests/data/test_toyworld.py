@@ -366,6 +366,11 @@ def test_cached_rebuild_does_not_retrain_and_gives_identical_models(micro, monke
   other.seed = 1
   assert world_lib.family_key(other.to_dict(), "clip-a") != world_lib.family_key(
       config.to_dict(), "clip-a")
+  # is_cached reads a ConfigDict or a plain dict alike (what the launcher checks before a warm run)
+  for name in config.families.keys():
+    assert world_lib.is_cached(config, name) and world_lib.is_cached(config.to_dict(), name)
+  other.cache_dir = config.cache_dir
+  assert not world_lib.is_cached(other, "clip-a")
 
 
 def test_micro_model_exports_to_hugging_face_layout_and_loads_back(micro, tmp_path):

@@ -151,7 +151,7 @@ def family_cache_dir(config: Mapping, family: str) -> str:
 
 def is_cached(config: Mapping, family: str) -> bool:
   """Whether the family's pretrained weights are in the cache (a complete entry)."""
-  return os.path.isfile(os.path.join(family_cache_dir(config, family), _COMPLETE))
+  return os.path.isfile(os.path.join(family_cache_dir(_plain(config), family), _COMPLETE))
 
 
 def preprocessor(image_size: int):

@@ -71,7 +71,6 @@ flags.DEFINE_bool("keep_memory", True, "run under GLIBC_TUNABLES=" + "glibc.mall
 flags.DEFINE_bool("hugepages", True, "run under GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (see the "
                   "module docstring); applies to both sides")
 
-HUGETLB, KEEP_MEMORY = malloc_env.HUGETLB, malloc_env.KEEP_MEMORY
 EIGEN_DOTS = "--xla_cpu_experimental_ynn_fusion_type="
 
 

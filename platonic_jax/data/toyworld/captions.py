@@ -115,8 +115,8 @@ def caption_ids(attrs: Mapping[str, np.ndarray], rng: np.random.Generator,
   probability that a mentioned value is replaced by a uniform random one. confuse[a]: number of
   conflated pairs of ``a`` (see the module docstring), applied with probability
   ``confuse_rate``; swap[a]: number of swapped pairs of ``a``, applied with probability
-  ``swap_rate`` (an attribute may not be both conflated and swapped). Right-padded with the pad id; every row is ``bos ... eos``; ``length`` must
-  be at least ``MAX_CAPTION_TOKENS``.
+  ``swap_rate`` (an attribute may not be both conflated and swapped). Right-padded with the pad
+  id; every row is ``bos ... eos``; ``length`` must be at least ``MAX_CAPTION_TOKENS``.
   """
   if length < MAX_CAPTION_TOKENS:
     raise ValueError(f"length must be >= {MAX_CAPTION_TOKENS}, got {length}")

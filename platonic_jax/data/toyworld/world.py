@@ -336,8 +336,7 @@ def build_world(config, *, log: Callable[[str], None] | None = print,
   names = tuple(families) if families is not None else tuple(sorted(config["families"]))
   models, info, pool = {}, {}, None
   for name in names:
-    if pool is None and not os.path.isfile(
-        os.path.join(family_cache_dir(config, name), _COMPLETE)):
+    if pool is None and not is_cached(config, name):
       pool = pretrain_pool(config)
     models[name], info[name] = build_family(config, name, pool=pool, log=log)
   return World(config=config, tasks=build_tasks(config), models=models, pretrain_info=info)

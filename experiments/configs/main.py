@@ -10,7 +10,7 @@ Fields:
   world: the toy world (``experiments/configs/toy_world.py``).
   source: the labeled rank-4 source fine-tunes (steps, lr, batch). 200 steps at batch 32 keep
     the 32 fine-tunes of the default world near 62 s on 2 cores (warm budget); measured on the
-    same cached world (seed 0, warm): 300 steps at batch 64 and lr 1e-2 take 183 s and move
+    seed-0 world of the earlier caption settings (swap rate 0.65, size not swapped): 300 steps at batch 64 and lr 1e-2 take 183 s and move
     cross-model negation from -10.6 to -14.3 points and addition from +0.7 to +0.9.
   folds: K of the label-free (rank, ridge) selection.
   include_ceiling: the selection's rank grid also holds the ceiling min(C-1, d) when it is not

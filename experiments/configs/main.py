@@ -26,9 +26,10 @@ Fields:
   alpha / negation_lambda: closed-form strengths of addition and negation.
   weight_space_lambda: the weight-space baseline's lambda per task vector.
   adapter: the adapter realization (rank 16, steps, lr, batch) and how many addition and
-    negation cells it runs on (a seeded subset that the output names). It fits ~200 probes per
-    term; 150 steps at batch 32 cost the controls less than 300 at 64 (cross-model addition
-    controls -8 vs -34 on the seed-0 world; composed -1.2 vs -1.7).
+    negation cells it runs on (a seeded subset that the output names). It fits each term's
+    probes; 150 steps at batch 32 cost the controls less than 300 at 64 (measured with 200
+    probes per task, seed-0 world: cross-model addition controls -8 vs -34; composed -1.2 vs
+    -1.7).
   negation_strengths: the strengths of Figure 2's curve.
   families / tasks: subsets of the world's families and downstream tasks (empty: all).
   compilation_cache: keep compiled XLA programs in the world's cache directory (warm reruns

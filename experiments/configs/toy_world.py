@@ -86,7 +86,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       steps=4000, batch_size=64, learning_rate=1e-3, warmup_steps=200, weight_decay=0.1,
       loss="clip", log_every=500))
 
-  c.tasks = ml_collections.ConfigDict(dict(n_train=2000, n_test=1500, n_probes=200))
+  # 800 unlabelled probes per task (of the 2000 training images): against 200, measured per
+  # (target, task, source) on clip-a and clip-b pretrained with these captions (seed 0), the
+  # closed form at alpha 0.5 gains +9.4 (own descriptor) and +4.4 (the other family's) against
+  # +7.9 and +3.1, negation at lambda 1 -13.1 against -12.6 (cross), controls unchanged;
+  # 2000 probes add nothing over 800. Probes cost one forward pass each per fine-tune.
+  c.tasks = ml_collections.ConfigDict(dict(n_train=2000, n_test=1500, n_probes=800))
 
   c.families = ml_collections.ConfigDict(dict(
       # vision: width 64, 2 layers, 4x4 grid of 8-pixel patches; embedding 64.

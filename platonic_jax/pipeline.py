@@ -234,7 +234,8 @@ def addition_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg,
           t0 = time.time()
           ad = adapter_lib.fit_adapter(model, desc, probes, G, rank=cfg.adapter.rank,
                                        steps=cfg.adapter.steps, lr=cfg.adapter.lr,
-                                       batch=cfg.adapter.batch, seed=cfg.seed)
+                                       batch=cfg.adapter.batch, seed=cfg.seed,
+                                       keep=cfg.adapter.get("keep", 0.0))
           recs.append(_record("addition", tg, (a, b), (s, s), "adapter",
                               _model_accs(ad, tasks, e, evals), zs[tg], controls, "composed"))
           log(f"  adapter addition {tg} <- {s}: {a}+{b}  ({time.time() - t0:.1f}s)")
@@ -271,7 +272,8 @@ def negation_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg, a
           desc = source_descriptor(sources, emb, s, t, tg, bool(cfg.get("calibrate", False)))
           ad = adapter_lib.fit_adapter(model, -1.0 * desc, probes, G,
                                        rank=cfg.adapter.rank, steps=cfg.adapter.steps,
-                                       lr=cfg.adapter.lr, batch=cfg.adapter.batch, seed=cfg.seed)
+                                       lr=cfg.adapter.lr, batch=cfg.adapter.batch, seed=cfg.seed,
+                                       keep=cfg.adapter.get("keep", 0.0))
           recs.append(_record("negation", tg, (t,), (s,), "adapter",
                               _model_accs(ad, tasks, e, evals), zs[tg], controls, "removed"))
           log(f"  adapter negation {tg} <- {s}: -{t}  ({time.time() - t0:.1f}s)")

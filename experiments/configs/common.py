@@ -19,8 +19,9 @@ Fields:
   alpha / negation_lambda / weight_space_lambda: the strengths of METHOD.
   distinct_sources: a cross-model composition draws its terms from different sources (the
     paper's cross-model cells); off in the micro world, which has one other family.
-  adapter: the adapter realization (rank, steps, lr, batch) and ``cells``: how many cells of
-    each setting run it (seeded choice; -1 all, 0 none).
+  adapter: the adapter realization (rank, steps, lr, batch; keep: the weight of the off-span
+    penalty of ``platonic_jax.core.adapter``, 0 = METHOD's loss) and ``cells``: how many cells
+    of each setting run it (seeded choice; -1 all, 0 none).
   cache_dir: embeddings, sources and the operator bank ("" -> $PLATONIC_JAX_CACHE/experiments
     or ~/.cache/platonic_jax/experiments); shared by all experiments, content-keyed.
   compilation_cache: keep compiled XLA programs in the cache directory.
@@ -92,7 +93,8 @@ def base(experiment: str, arg: str | None) -> ml_collections.ConfigDict:
   c.negation_lambda = 1.0
   c.weight_space_lambda = 0.5
   c.distinct_sources = variant != "micro"
-  c.adapter = ml_collections.ConfigDict(dict(rank=16, steps=500, lr=1e-3, batch=64, cells=8))
+  c.adapter = ml_collections.ConfigDict(dict(rank=16, steps=500, lr=1e-3, batch=64, cells=8,
+                                              keep=0.0))
   c.cache_dir = ""
   c.compilation_cache = True
   if variant == "toy":

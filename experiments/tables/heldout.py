@@ -70,7 +70,8 @@ def compute(study, config, cell) -> dict:
     probes, G = study.adapter_inputs(tg, (t1, t2))
     ad = adapter_lib.fit_adapter(study.model(tg), desc, probes, G, rank=config.adapter.rank,
                                  steps=config.adapter.steps, lr=config.adapter.lr,
-                                 batch=config.adapter.batch, seed=config.seed)
+                                 batch=config.adapter.batch, seed=config.seed,
+                                 keep=config.adapter.get("keep", 0.0))
     acc["adapter"] = study.model_accuracy(ad, tg, evals)
   return dict(base, accuracy=acc)
 

@@ -53,7 +53,8 @@ def compute(study, config, cell) -> dict:
     probes, G = study.adapter_inputs(tg, (t,))
     ad = adapter_lib.fit_adapter(study.model(tg), -1.0 * study.descriptor(s, t), probes, G,
                                  rank=config.adapter.rank, steps=config.adapter.steps,
-                                 lr=config.adapter.lr, batch=config.adapter.batch, seed=config.seed)
+                                 lr=config.adapter.lr, batch=config.adapter.batch, seed=config.seed,
+                                 keep=config.adapter.get("keep", 0.0))
     acc["adapter"] = study.model_accuracy(ad, tg, evals)
   if cell["gradient_ascent"]:
     ga = config.gradient_ascent

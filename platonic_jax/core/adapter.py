@@ -12,6 +12,21 @@ fitted jointly in one run; a negative coefficient negates a task. No label is re
 ``A_pre`` is the target's own pre-trained affinity, computed once before training. A term
 built from a ``Descriptor`` carries its signed matrix (``-D`` stores ``-U``) with ``s = 1``, so
 its normaliser is the norm of that matrix.
+
+``keep`` (an option, 0 = METHOD's loss exactly) adds, per term, a penalty on the part of each
+probe's *unnormalised* embedding change that the descriptor cannot see, the component outside
+the span of the grid's class embeddings, in units of the probe's pre-edit norm:
+
+    keep * sum_l sum_i || (z_theta(x_i) - z_pre(x_i)) @ (I - P_l) ||^2 / ||z_pre(x_i)||^2
+           / ||U_l||_F^2
+
+with ``P_l`` the orthogonal projector onto the row space of ``G_l``. The closed form's edit
+``z (I + alpha W)`` moves ``z`` only inside that span (the shift field's rows lie in it), so this
+term asks the adapter for the same: grow or turn the embedding within the class span, and hold
+the rest, whose relative share may shrink after normalisation (a per-row scale no prediction
+sees). METHOD's loss alone leaves that component free -- affinities to the grid's classes are
+blind to it -- and a LoRA on every block moves it, which other tasks (the controls) do see.
+Still label-free: the controls never enter the fit.
 """
 
 from __future__ import annotations
@@ -146,41 +161,85 @@ def as_terms(edit, probes=None, G=None) -> list[AdapterTerm]:
   return edit
 
 
+def off_span_projector(G: np.ndarray) -> np.ndarray:
+  """``I - P``: G (C, d) -> (d, d), P the orthogonal projector onto the row space of G."""
+  G = np.asarray(G, np.float64)
+  _, s, vt = np.linalg.svd(G, full_matrices=False)
+  basis = vt[s > s.max() * 1e-6]
+  return (np.eye(G.shape[1]) - basis.T @ basis).astype(np.float32)
+
+
+def keep_loss(z: jax.Array, z_pre: jax.Array, inv_norm: jax.Array, perp: jax.Array,
+              weight: jax.Array) -> jax.Array:
+  """``weight * sum_i ||(z_i - z_pre_i) @ perp||^2 * inv_norm_i^2``.
+
+  z, z_pre (b, d) unnormalised embeddings, inv_norm (b,) ``1 / ||z_pre_i||``, perp (d, d) -> ().
+  """
+  return weight * jnp.sum(jnp.square(((z - z_pre) * inv_norm[:, None]) @ perp))
+
+
 def adapter_loss(module, consts, batch):
   """METHOD's loss over one mini-batch per term; aux: per-term relative squared errors.
 
-  consts["terms"][l]: G (C, d), n, norm2; batch[l]: x (b, 3, H, W), A_pre (b, C), T (b, C).
-  All terms' probes go through the tower in one forward pass.
+  consts["terms"][l]: G (C, d), n, norm2 (and with ``keep``: perp (d, d), keep ());
+  batch[l]: x (b, 3, H, W), A_pre (b, C), T (b, C) (and with ``keep``: z_pre (b, d),
+  inv_norm (b,)). All terms' probes go through the tower in one forward pass. The aux errors
+  are the descriptor residuals only (the ``keep`` penalty enters the loss, not them).
   """
-  Z = train.normalize_rows(module.encode_image(jnp.concatenate([b["x"] for b in batch])))
+  raw = module.encode_image(jnp.concatenate([b["x"] for b in batch]))
+  Z = train.normalize_rows(raw)
   total, errs, off = 0.0, [], 0
   for c, b in zip(consts["terms"], batch):
     k = b["x"].shape[0]
-    A = Z[off:off + k] @ c["G"].T
+    rows = slice(off, off + k)
     off += k
-    e = residual_loss(A, b["A_pre"], b["T"], c["n"] / (k * c["norm2"]))
+    scale = c["n"] / (k * c["norm2"])
+    e = residual_loss(Z[rows] @ c["G"].T, b["A_pre"], b["T"], scale)
     errs.append(e)
     total = total + e
+    if "perp" in c:
+      total = total + keep_loss(raw[rows], b["z_pre"], b["inv_norm"], c["perp"],
+                                c["keep"] * scale)
   return total, jnp.stack(errs)
 
 
-def adapter_data(target: DualEncoder, terms: Sequence[AdapterTerm]) -> tuple[dict, list[dict]]:
-  """(consts, items) for ``adapter_loss``: per term G, n, ||U||^2 and probes, A_pre, s*U."""
+def check_keep(keep) -> float:
+  """``keep`` must be a finite number >= 0."""
+  try:
+    value = float(keep)
+  except (TypeError, ValueError):
+    raise ValueError(f"keep must be a number >= 0, got {keep!r}") from None
+  if not np.isfinite(value) or value < 0:
+    raise ValueError(f"keep must be a finite number >= 0, got {keep!r}")
+  return value
+
+
+def adapter_data(target: DualEncoder, terms: Sequence[AdapterTerm],
+                 keep: float = 0.0) -> tuple[dict, list[dict]]:
+  """(consts, items) for ``adapter_loss``: per term G, n, ||U||^2 and probes, A_pre, s*U;
+  with ``keep > 0`` also the off-span projector and the probes' pre-edit embeddings."""
+  keep = check_keep(keep)
   consts, items = [], []
   for t in terms:
     x = train.check_images(target, t.probes, f"probes of term {t.name!r}")
     G = train.check_G(target, t.G, f"G of term {t.name!r}")
-    consts.append({"G": G, "n": np.float32(t.U.shape[0]),
-                   "norm2": np.float32(np.sum(t.U.astype(np.float64) ** 2))})
-    items.append({"x": x, "A_pre": train.affinities(target, x, G), "T": t.coef * t.U})
+    c = {"G": G, "n": np.float32(t.U.shape[0]),
+         "norm2": np.float32(np.sum(t.U.astype(np.float64) ** 2))}
+    item = {"x": x, "A_pre": train.affinities(target, x, G), "T": t.coef * t.U}
+    if keep > 0:
+      c.update(perp=off_span_projector(np.asarray(G)), keep=np.float32(keep))
+      z_pre = train.embeddings(target, x)
+      item.update(z_pre=z_pre, inv_norm=1.0 / np.linalg.norm(z_pre, axis=1))
+    consts.append(c)
+    items.append(item)
   return {"terms": consts}, items
 
 
 def adapter_training(target: DualEncoder, terms: Sequence[AdapterTerm],
-                     recipe: Recipe) -> tuple[DualEncoder, np.ndarray]:
+                     recipe: Recipe, keep: float = 0.0) -> tuple[DualEncoder, np.ndarray]:
   """Fits all ``terms`` jointly; returns (model with unmerged adapter, losses (steps,))."""
   train.check_no_adapter(target, "fit_adapter")
-  consts, items = adapter_data(target, terms)
+  consts, items = adapter_data(target, terms, keep)
   return train.train_lora(target, adapter_loss, consts, items, recipe)
 
 
@@ -188,18 +247,21 @@ def fit_adapter(target: DualEncoder, edit, probes: Mapping[str, Any] | None = No
                 G: Mapping[str, Any] | None = None, *, rank: int = 16,
                 alpha: float | None = None, targets: Sequence[str] | None = None,
                 steps: int = 500, lr: float = 1e-3, batch: int = 64, warmup: int | None = None,
-                weight_decay: float = 0.0, seed: int = 0, merge: bool = True) -> DualEncoder:
+                weight_decay: float = 0.0, seed: int = 0, keep: float = 0.0,
+                merge: bool = True) -> DualEncoder:
   """Realization 2: the target with a LoRA fitted to reproduce ``edit``; ``target`` unchanged.
 
   edit: a ``Descriptor`` (then ``probes = {task: (probe_ids, images (n, 3, H, W))}`` and
   ``G = {task: (C, d)}``, checked against each term's grid) or a sequence of ``AdapterTerm``.
   ``batch`` probes of every term per step. Returns the merged model (a plain model of the same
-  architecture) or, if not ``merge``, the model with the adapter attached.
+  architecture) or, if not ``merge``, the model with the adapter attached. ``keep`` (>= 0)
+  weights the off-span penalty of the module docstring (0: METHOD's loss alone).
   """
   terms = as_terms(edit, probes, G)
+  keep = check_keep(keep)
   recipe = Recipe(rank=rank, alpha=alpha, targets=targets, steps=steps, lr=lr, batch=batch,
                   warmup=warmup, weight_decay=weight_decay, seed=seed)
-  out, _ = adapter_training(target, terms, recipe)
+  out, _ = adapter_training(target, terms, recipe, keep)
   return train.finish(out, merge)
 
 

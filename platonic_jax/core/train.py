@@ -208,16 +208,17 @@ def _affinity_fn(graphdef):
   return fn
 
 
-def affinities(model: DualEncoder, images, G, *, batch: int = 64) -> np.ndarray:
-  """``A = Zhat @ Ghat.T`` (n, C) float32 for images (n, 3, H, W) and class embeddings G (C, d).
+@functools.lru_cache(maxsize=32)
+def _embedding_fn(graphdef):
+  @jax.jit
+  def fn(state, pixels):
+    return nnx.merge(graphdef, state).encode_image(pixels)
+  return fn
 
-  Every chunk is padded to one bucket (``batch``, or the power of two >= n when n is
-  smaller), so calls compile once per (model graph, bucket).
-  """
-  images = check_images(model, images)
-  G = check_G(model, G)
-  graphdef, state = nnx.split(model.module)
-  fn = _affinity_fn(graphdef)
+
+def _bucketed(fn, images: np.ndarray, batch: int) -> np.ndarray:
+  """``fn(chunk)`` over chunks of ``images`` padded to one bucket (``batch``, or the power of
+  two >= n when n is smaller), so calls compile once per (model graph, bucket)."""
   n = images.shape[0]
   bucket = min(batch, 1 << (n - 1).bit_length())
   outs = []
@@ -226,8 +227,28 @@ def affinities(model: DualEncoder, images, G, *, batch: int = 64) -> np.ndarray:
     k = part.shape[0]
     if k < bucket:
       part = np.concatenate([part, np.zeros((bucket - k,) + part.shape[1:], part.dtype)])
-    outs.append(np.asarray(fn(state, jnp.asarray(part), G))[:k])
+    outs.append(np.asarray(fn(jnp.asarray(part)))[:k])
   return np.concatenate(outs)
+
+
+def affinities(model: DualEncoder, images, G, *, batch: int = 64) -> np.ndarray:
+  """``A = Zhat @ Ghat.T`` (n, C) float32 for images (n, 3, H, W) and class embeddings G (C, d).
+
+  Chunks are padded to one bucket, so calls compile once per (model graph, bucket).
+  """
+  images = check_images(model, images)
+  G = check_G(model, G)
+  graphdef, state = nnx.split(model.module)
+  fn = _affinity_fn(graphdef)
+  return _bucketed(lambda x: fn(state, x, G), images, batch)
+
+
+def embeddings(model: DualEncoder, images, *, batch: int = 64) -> np.ndarray:
+  """Unnormalised image embeddings ``encode_image`` (n, d) float32 of images (n, 3, H, W)."""
+  images = check_images(model, images)
+  graphdef, state = nnx.split(model.module)
+  fn = _embedding_fn(graphdef)
+  return _bucketed(lambda x: fn(state, x), images, batch)
 
 
 def check_images(model: DualEncoder, images, what: str = "images") -> np.ndarray:

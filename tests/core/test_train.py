@@ -343,3 +343,62 @@ def test_families_with_a_logit_bias_and_no_projection():
   paths = lora.attach(module, rank=2, rngs=nnx.Rngs(0))
   assert paths == tuple(f"vision_model.encoder.layers.{i}.self_attn.{p}_proj"
                         for i in range(2) for p in ("q", "v"))
+
+
+def test_keep_penalty_is_the_off_span_drift_and_zero_is_methods_loss():
+  w = world()
+  t = w.tasks["colour"]
+  G = np.asarray(train.check_G(w.pre, t["G"]))
+  perp = adapter.off_span_projector(G)
+  d = G.shape[1]
+  np.testing.assert_allclose(perp, perp.T, atol=1e-6)
+  np.testing.assert_allclose(perp @ perp, perp, atol=1e-5)
+  np.testing.assert_allclose(G @ perp, 0.0, atol=1e-5)
+  assert round(float(np.trace(perp))) == d - C
+  term = adapter.AdapterTerm(t["probes"], t["G"], np.asarray(t["D"]["colour"]))
+  U = np.asarray(t["D"]["colour"], np.float64)
+  # Both losses at the other task's fine-tune (its LoRA moves the embedding, and not the way
+  # the colour descriptor asks) on all the colour probes, against numpy.
+  moved = w.tasks["pattern"]["ft"]
+  z0 = train.embeddings(w.pre, t["probes"]).astype(np.float64)
+  z1 = train.embeddings(moved, t["probes"]).astype(np.float64)
+  np.testing.assert_allclose(
+      z0 / np.linalg.norm(z0, axis=1, keepdims=True) @ G.T,
+      train.affinities(w.pre, t["probes"], t["G"]), atol=1e-5)
+  nrm = lambda z: z / np.linalg.norm(z, axis=1, keepdims=True)
+  dA = (nrm(z1) - nrm(z0)) @ G.T
+  resid = np.sum((dA - dA.mean(1, keepdims=True) - U) ** 2) / np.sum(U ** 2)
+  drift = np.sum((((z1 - z0) / np.linalg.norm(z0, axis=1, keepdims=True)) @ perp) ** 2)
+  drift /= np.sum(U ** 2)
+  assert resid > 0.5 and drift > 0.05 * resid  # both terms are far from zero there
+  for keep, want in ((0.0, resid), (2.5, resid + 2.5 * drift)):
+    consts, items = adapter.adapter_data(w.pre, [term], keep=keep)
+    assert ("perp" in consts["terms"][0]) == (keep > 0)
+    loss, errs = adapter.adapter_loss(moved.module, jax.tree.map(jnp.asarray, consts),
+                                      tuple(jax.tree.map(jnp.asarray, items)))
+    np.testing.assert_allclose(float(loss), want, rtol=1e-4)
+    np.testing.assert_allclose(float(errs[0]), resid, rtol=1e-4)
+
+
+def test_keep_holds_held_out_embeddings_in_place_off_the_class_span():
+  w = world()
+  t = w.tasks["colour"]
+  probes, G = w.probes("colour"), w.G("colour")
+  perp = adapter.off_span_projector(np.asarray(train.check_G(w.pre, t["G"])))
+  z0 = train.embeddings(w.pre, t["Xt"])
+  drift, errs = {}, {}
+  for keep in (0.0, 1.0):
+    fitted = adapter.fit_adapter(w.pre, t["D"], probes, G, keep=keep, **ADAPT)
+    rel = (train.embeddings(fitted, t["Xt"]) - z0) / np.linalg.norm(z0, axis=1, keepdims=True)
+    drift[keep] = np.linalg.norm(rel @ perp)
+    errs[keep] = adapter.reproduction_errors(fitted, w.pre, t["D"], probes, G)[0]
+  assert drift[1.0] < 0.5 * drift[0.0], drift
+  assert errs[1.0] < 0.6, errs  # it still reproduces most of the descriptor
+
+
+@pytest.mark.parametrize("keep", [-0.1, float("nan"), float("inf"), "much"])
+def test_keep_must_be_a_finite_non_negative_number(keep):
+  w = world()
+  t = w.tasks["colour"]
+  with pytest.raises(ValueError, match="keep must be a"):
+    adapter.fit_adapter(w.pre, t["D"], w.probes("colour"), w.G("colour"), keep=keep, steps=1)

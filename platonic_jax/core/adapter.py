@@ -237,7 +237,8 @@ def adapter_data(target: DualEncoder, terms: Sequence[AdapterTerm],
 
 def adapter_training(target: DualEncoder, terms: Sequence[AdapterTerm],
                      recipe: Recipe, keep: float = 0.0) -> tuple[DualEncoder, np.ndarray]:
-  """Fits all ``terms`` jointly; returns (model with unmerged adapter, losses (steps,))."""
+  """Fits all ``terms`` jointly (``keep`` checked by ``adapter_data``); returns (model with
+  unmerged adapter, losses (steps,))."""
   train.check_no_adapter(target, "fit_adapter")
   consts, items = adapter_data(target, terms, keep)
   return train.train_lora(target, adapter_loss, consts, items, recipe)
@@ -258,7 +259,6 @@ def fit_adapter(target: DualEncoder, edit, probes: Mapping[str, Any] | None = No
   weights the off-span penalty of the module docstring (0: METHOD's loss alone).
   """
   terms = as_terms(edit, probes, G)
-  keep = check_keep(keep)
   recipe = Recipe(rank=rank, alpha=alpha, targets=targets, steps=steps, lr=lr, batch=batch,
                   warmup=warmup, weight_decay=weight_decay, seed=seed)
   out, _ = adapter_training(target, terms, recipe, keep)

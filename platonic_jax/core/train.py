@@ -244,7 +244,12 @@ def affinities(model: DualEncoder, images, G, *, batch: int = 64) -> np.ndarray:
 
 
 def embeddings(model: DualEncoder, images, *, batch: int = 64) -> np.ndarray:
-  """Unnormalised image embeddings ``encode_image`` (n, d) float32 of images (n, 3, H, W)."""
+  """Unnormalised image embeddings ``encode_image`` (n, d) float32 of images (n, 3, H, W).
+
+  The forward pass the trainers' losses run (the module's own parameters, not cast to
+  ``model.dtype`` as ``platonic_jax.embed.embed_images`` does), so a training baseline taken
+  here equals the loss's own embedding at step 0.
+  """
   images = check_images(model, images)
   graphdef, state = nnx.split(model.module)
   fn = _embedding_fn(graphdef)

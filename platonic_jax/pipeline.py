@@ -99,14 +99,17 @@ class Source:
   ceiling: float  # the fine-tune's own test accuracy (paper Table 22)
 
 
-def finetune_sources(models, tasks, emb, names: Sequence[str], cfg, log=print) -> dict:
+def finetune_sources(models, tasks, emb, names: Sequence[str], cfg, log=print,
+                     pad: int | None = None) -> dict:
   """{(model, task): Source} for every model and downstream task in ``names``.
 
-  Heads are padded to the largest class count among ``names`` (``train.pad_head``: identical
-  training), so each model compiles one fine-tuning step for all its tasks.
+  Heads are padded to ``pad`` classes (default the largest class count among ``names``;
+  ``train.pad_head``: identical training up to float rounding), so each model compiles one
+  fine-tuning step for all its tasks. A caller fine-tuning a subset passes the full run's
+  ``pad`` to reproduce its sources bit for bit.
   """
   out = {}
-  pad = max(len(tasks[t].classnames) for t in names)
+  pad = pad or max(len(tasks[t].classnames) for t in names)
   for m, model in models.items():
     for t in names:
       task, e = tasks[t], emb[m][t]

@@ -85,3 +85,28 @@ def test_same_seed_gives_identical_results(run, cache, tmp_path):
   assert first == second
   assert open(os.path.join(work, "results.jsonl")).read() == open(
       os.path.join(tmp_path, "results.jsonl")).read()
+
+
+def test_adapter_holdout_runs_on_the_main_jobs_adapter_cells(run, cache):
+  """experiments.adapter_holdout on the micro world (cached by ``run``): one line per cell and
+  recipe with fit and held-out errors, then the per-recipe means."""
+  env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
+  out = subprocess.run(
+      [sys.executable, "-m", "experiments.adapter_holdout",
+       "--config=experiments/configs/main.py:micro", "--recipes=1:1e-3,20:5e-3"],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  summary = json.load(open(os.path.join(run[0], "summary.json")))
+  cells = summary["adapter_cells"]["addition"] + summary["adapter_cells"]["negation"]
+  lines = [l for l in out.stdout.splitlines() if " held [" in l]
+  assert len(lines) == 2 * len(cells) == 8, out.stdout
+  means = [float(l.split()[-1]) for l in out.stdout.splitlines()[-2:]]
+  # One step barely moves the adapter (error ~1); twenty reproduce part of each descriptor.
+  assert means[0] > 0.9 and means[1] < means[0], out.stdout
+
+
+@pytest.mark.parametrize("bad", [["300"], ["300:"], ["0:1e-3"], ["300:-1e-3"], ["a:b"], []])
+def test_adapter_holdout_recipes_are_checked(bad):
+  from experiments.adapter_holdout import parse_recipes
+  with pytest.raises(ValueError, match="recipe"):
+    parse_recipes(bad)

@@ -281,3 +281,47 @@ def reproduction_errors(model: DualEncoder, pre: DualEncoder, edit, probes=None,
     R = dA - dA.mean(axis=1, keepdims=True) - t.coef * t.U
     errs.append(np.linalg.norm(R) / np.linalg.norm(t.coef * t.U.astype(np.float64)))
   return np.asarray(errs)
+
+
+def split_terms(terms: Sequence[AdapterTerm], held_fraction: float = 0.2
+                ) -> tuple[list[AdapterTerm], list[AdapterTerm]]:
+  """(fit, held): each term's probes (rows of U) split, the last ``held_fraction`` held out.
+
+  A grid's probes are a seeded random draw, so a contiguous split is a random one. Raises
+  ValueError unless 0 < held_fraction < 1 and every term keeps at least one probe on each side.
+  """
+  try:
+    frac = float(held_fraction)
+  except (TypeError, ValueError):
+    raise ValueError(f"held_fraction must be a number in (0, 1), got {held_fraction!r}") from None
+  if not 0.0 < frac < 1.0:
+    raise ValueError(f"held_fraction must lie in (0, 1), got {held_fraction!r}")
+  fit, held = [], []
+  for t in terms:
+    n = t.U.shape[0]
+    cut = n - int(round(frac * n))
+    if cut < 1 or cut >= n:
+      raise ValueError(f"term {t.name!r}: held_fraction {frac} of its {n} probes leaves "
+                       f"{cut} to fit and {n - cut} held out; each side needs at least one")
+    fit.append(dataclasses.replace(t, probes=t.probes[:cut], U=t.U[:cut]))
+    held.append(dataclasses.replace(t, probes=t.probes[cut:], U=t.U[cut:]))
+  return fit, held
+
+
+def held_out_errors(target: DualEncoder, edit, probes: Mapping[str, Any] | None = None,
+                    G: Mapping[str, Any] | None = None, *, held_fraction: float = 0.2,
+                    rank: int = 16, alpha: float | None = None,
+                    targets: Sequence[str] | None = None, steps: int = 500, lr: float = 1e-3,
+                    batch: int = 64, warmup: int | None = None, weight_decay: float = 0.0,
+                    seed: int = 0, keep: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+  """Label-free check of an adapter recipe: (fit errors (L,), held-out errors (L,)).
+
+  Fits the adapter (arguments as ``fit_adapter``) on each term's first ``1 - held_fraction``
+  of probes and returns ``reproduction_errors`` on those probes and on the held-out rest. The
+  same criterion as the closed form's selection (METHOD step 7); no label is read. A recipe
+  whose fit error falls while the held-out one does not has memorised the probes.
+  """
+  fit, held = split_terms(as_terms(edit, probes, G), held_fraction)
+  model = fit_adapter(target, fit, rank=rank, alpha=alpha, targets=targets, steps=steps, lr=lr,
+                      batch=batch, warmup=warmup, weight_decay=weight_decay, seed=seed, keep=keep)
+  return reproduction_errors(model, target, fit), reproduction_errors(model, target, held)

@@ -1,0 +1,96 @@
+"""Label-free check of adapter recipes on the main job's adapter cells (held-out probes).
+
+    python -m experiments.adapter_holdout --recipes=150:2e-3,300:5e-3,600:1e-2
+    python -m experiments.adapter_holdout --config=experiments/configs/main.py:micro --recipes=20:5e-3,40:5e-3
+
+Builds (or loads) the config's toy world, fine-tunes only the sources the adapter cells need
+(``pipeline.choose_adapter_cells``, as the main job picks them), and for every cell and recipe
+``STEPS:LR`` fits the adapter on 80 % of each term's probes and prints the reproduction error
+on those and on the held-out 20 % (``core.adapter.held_out_errors``), then each recipe's mean
+held-out error. Rank, batch and ``keep`` come from the config. No label enters the criterion;
+the labels only trained the sources, as in the main job.
+"""
+
+import os
+import time
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+_DEFAULT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "main.py")
+_CONFIG = config_flags.DEFINE_config_file("config", _DEFAULT, "main job config", lock_config=True)
+_RECIPES = flags.DEFINE_list("recipes", ["150:2e-3", "300:5e-3", "600:5e-3", "600:1e-2"],
+                             "adapter recipes STEPS:LR")
+_HELD = flags.DEFINE_float("held_fraction", 0.2, "share of each term's probes held out")
+
+
+def parse_recipes(items) -> list[tuple[int, float]]:
+  """["300:5e-3", ...] -> [(300, 0.005), ...]; raises ValueError naming a malformed item."""
+  out = []
+  for item in items:
+    parts = str(item).split(":")
+    try:
+      steps, lr = int(parts[0]), float(parts[1])
+      if len(parts) != 2 or steps < 1 or not lr > 0:
+        raise ValueError
+    except (ValueError, IndexError):
+      raise ValueError(f"recipe {item!r} is not STEPS:LR with STEPS >= 1 and LR > 0") from None
+    out.append((steps, lr))
+  if not out:
+    raise ValueError("--recipes is empty")
+  return out
+
+
+def main(argv):
+  del argv
+  import numpy as np
+
+  from platonic_jax import pipeline
+  from platonic_jax.core import adapter
+  from platonic_jax.data.toyworld import build_world
+
+  logging.set_verbosity(logging.WARNING)
+  recipes = parse_recipes(_RECIPES.value)
+  cfg = _CONFIG.value
+  with cfg.unlocked():
+    cfg.world.seed = cfg.seed
+    cfg.source.seed = cfg.seed
+  world = build_world(cfg.world, families=tuple(cfg.families) or None)
+  models = world.models
+  names = list(cfg.tasks) or list(world.downstream)
+  chosen = pipeline.choose_adapter_cells(list(models), names, cfg.adapter.cells, cfg.seed)
+  cells = [(tg, c[0], c[1][0], sign) for sign, key in ((1.0, "addition"), (-1.0, "negation"))
+           for tg, c in chosen[key]]
+  need = sorted({t for _, ts, _, _ in cells for t in ts})
+  tasks = {t: world.tasks[t] for t in need}
+  emb = pipeline.embed_all(models, tasks)
+  pad = max(len(world.tasks[t].classnames) for t in names)  # the main job's padded heads
+  sources = {}
+  for s in sorted({s for _, _, s, _ in cells}):
+    sources.update(pipeline.finetune_sources({s: models[s]}, tasks, emb,
+                                             sorted({t for _, ts, src, _ in cells if src == s
+                                                     for t in ts}), cfg.source, log=lambda _: None,
+                                             pad=pad))
+  calibrate = bool(cfg.get("calibrate", False))
+  held = {r: [] for r in recipes}
+  for tg, ts, s, sign in cells:
+    desc = sum((pipeline.source_descriptor(sources, emb, s, t, tg, calibrate) for t in ts[1:]),
+               pipeline.source_descriptor(sources, emb, s, ts[0], tg, calibrate))
+    probes, G = pipeline._adapter_probes(tasks, emb[tg], ts)
+    label = f"{tg}<-{s}: {'+' if sign > 0 else '-'}{'+'.join(ts)}"
+    for steps, lr in recipes:
+      t0 = time.time()
+      e_fit, e_held = adapter.held_out_errors(
+          models[tg], sign * desc, probes, G, held_fraction=_HELD.value, rank=cfg.adapter.rank,
+          steps=steps, lr=lr, batch=cfg.adapter.batch, seed=cfg.seed,
+          keep=cfg.adapter.get("keep", 0.0))
+      held[(steps, lr)].append(float(np.mean(e_held)))
+      print(f"{label:<40s} {steps:>5d} steps lr {lr:<7g} fit {np.round(e_fit, 3)} "
+            f"held {np.round(e_held, 3)}  ({time.time() - t0:.1f}s)", flush=True)
+  print("mean held-out error over the cells:")
+  for (steps, lr), v in held.items():
+    print(f"  {steps:>5d} steps lr {lr:<7g} {np.mean(v):.4f}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -76,7 +76,7 @@ def main(argv):
   for tg, ts, s, sign in cells:
     desc = sum((pipeline.source_descriptor(sources, emb, s, t, tg, calibrate) for t in ts[1:]),
                pipeline.source_descriptor(sources, emb, s, ts[0], tg, calibrate))
-    probes, G = pipeline._adapter_probes(tasks, emb[tg], ts)
+    probes, G = pipeline.adapter_probes(tasks, emb[tg], ts)
     label = f"{tg}<-{s}: {'+' if sign > 0 else '-'}{'+'.join(ts)}"
     for steps, lr in recipes:
       t0 = time.time()

@@ -194,7 +194,9 @@ def _record(kind, target, cell_tasks, srcs, method, accs, zs, controls, role):
           "controls": float(np.mean([accs[c] - zs[c] for c in controls]))}
 
 
-def _adapter_probes(tasks, emb_t, names):
+def adapter_probes(tasks, emb_t, names):
+  """(probes, G) as ``fit_adapter`` takes them for ``names``: {task: (probe_ids, images)} and
+  {task: the target's class embeddings (C, d)} (``emb_t``: the target's ``embed_model``)."""
   probes = {t: (tasks[t].probe_ids, tasks[t].probes) for t in names}
   G = {t: emb_t[t].G for t in names}
   return probes, G
@@ -233,7 +235,7 @@ def addition_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg,
           calibrate = bool(cfg.get("calibrate", False))
           desc = (source_descriptor(sources, emb, s, a, tg, calibrate)
                   + source_descriptor(sources, emb, s, b, tg, calibrate))
-          probes, G = _adapter_probes(tasks, e, (a, b))
+          probes, G = adapter_probes(tasks, e, (a, b))
           t0 = time.time()
           ad = adapter_lib.fit_adapter(model, desc, probes, G, rank=cfg.adapter.rank,
                                        steps=cfg.adapter.steps, lr=cfg.adapter.lr,
@@ -270,7 +272,7 @@ def negation_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg, a
           recs.append(_record("negation", tg, (t,), (s,), "weight_space",
                               _model_accs(ws, tasks, e, evals), zs[tg], controls, "removed"))
         if (tg, ((t,), (s,))) in adapter_cells:
-          probes, G = _adapter_probes(tasks, e, (t,))
+          probes, G = adapter_probes(tasks, e, (t,))
           t0 = time.time()
           desc = source_descriptor(sources, emb, s, t, tg, bool(cfg.get("calibrate", False)))
           ad = adapter_lib.fit_adapter(model, -1.0 * desc, probes, G,

@@ -7,7 +7,8 @@ Builds (or loads) the config's toy world, fine-tunes only the sources the adapte
 (``pipeline.choose_adapter_cells``, as the main job picks them), and for every cell and recipe
 ``STEPS:LR`` fits the adapter on 80 % of each term's probes and prints the reproduction error
 on those and on the held-out 20 % (``core.adapter.held_out_errors``), then each recipe's mean
-held-out error. Rank, batch and ``keep`` come from the config. No label enters the criterion;
+held-out error. Rank, batch, seed and ``keep`` come from the config
+(``pipeline.adapter_kwargs``). No label enters the criterion;
 the labels only trained the sources, as in the main job.
 """
 
@@ -71,19 +72,16 @@ def main(argv):
                                              sorted({t for _, ts, src, _ in cells if src == s
                                                      for t in ts}), cfg.source, log=lambda _: None,
                                              pad=pad))
-  calibrate = bool(cfg.get("calibrate", False))
   held = {r: [] for r in recipes}
   for tg, ts, s, sign in cells:
-    desc = sum((pipeline.source_descriptor(sources, emb, s, t, tg, calibrate) for t in ts[1:]),
-               pipeline.source_descriptor(sources, emb, s, ts[0], tg, calibrate))
+    desc = pipeline.edit_descriptor(sources, emb, s, ts, tg, cfg, sign)
     probes, G = pipeline.adapter_probes(tasks, emb[tg], ts)
     label = f"{tg}<-{s}: {'+' if sign > 0 else '-'}{'+'.join(ts)}"
     for steps, lr in recipes:
       t0 = time.time()
       e_fit, e_held = adapter.held_out_errors(
-          models[tg], sign * desc, probes, G, held_fraction=_HELD.value, rank=cfg.adapter.rank,
-          steps=steps, lr=lr, batch=cfg.adapter.batch, seed=cfg.seed,
-          keep=cfg.adapter.get("keep", 0.0))
+          models[tg], desc, probes, G, held_fraction=_HELD.value,
+          **dict(pipeline.adapter_kwargs(cfg), steps=steps, lr=lr))
       held[(steps, lr)].append(float(np.mean(e_held)))
       print(f"{label:<40s} {steps:>5d} steps lr {lr:<7g} fit {np.round(e_fit, 3)} "
             f"held {np.round(e_held, 3)}  ({time.time() - t0:.1f}s)", flush=True)

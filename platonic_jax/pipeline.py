@@ -17,8 +17,10 @@ Controls never enter any fit; no stage after the source fine-tunes reads a label
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
+import operator
 import os
 import time
 from typing import Any, Callable, Mapping, Sequence
@@ -109,7 +111,8 @@ def finetune_sources(models, tasks, emb, names: Sequence[str], cfg, log=print,
   ``pad`` to reproduce its sources bit for bit.
   """
   out = {}
-  pad = pad or max(len(tasks[t].classnames) for t in names)
+  if pad is None:
+    pad = max(len(tasks[t].classnames) for t in names)
   for m, model in models.items():
     for t in names:
       task, e = tasks[t], emb[m][t]
@@ -194,6 +197,22 @@ def _record(kind, target, cell_tasks, srcs, method, accs, zs, controls, role):
           "controls": float(np.mean([accs[c] - zs[c] for c in controls]))}
 
 
+def edit_descriptor(sources, emb, s: str, cell_tasks: Sequence[str], tg: str, cfg,
+                    sign: float = 1.0) -> Descriptor:
+  """The edit an adapter cell fits: ``sign`` times the sum of source ``s``'s descriptors on
+  ``cell_tasks`` as target ``tg`` reads them (``source_descriptor``, ``cfg.calibrate``)."""
+  calibrate = bool(cfg.get("calibrate", False))
+  descs = [source_descriptor(sources, emb, s, t, tg, calibrate) for t in cell_tasks]
+  return sign * functools.reduce(operator.add, descs)
+
+
+def adapter_kwargs(cfg) -> dict:
+  """``fit_adapter``'s recipe from the config's ``adapter`` block, seeded by ``cfg.seed``."""
+  a = cfg.adapter
+  return dict(rank=a.rank, steps=a.steps, lr=a.lr, batch=a.batch, seed=cfg.seed,
+              keep=a.get("keep", 0.0))
+
+
 def adapter_probes(tasks, emb_t, names):
   """(probes, G) as ``fit_adapter`` takes them for ``names``: {task: (probe_ids, images)} and
   {task: the target's class embeddings (C, d)} (``emb_t``: the target's ``embed_model``)."""
@@ -232,15 +251,10 @@ def addition_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg,
           recs.append(_record("addition", tg, (a, b), (s, s), "weight_space",
                               _model_accs(ws, tasks, e, evals), zs[tg], controls, "composed"))
         if (tg, cell) in adapter_cells:
-          calibrate = bool(cfg.get("calibrate", False))
-          desc = (source_descriptor(sources, emb, s, a, tg, calibrate)
-                  + source_descriptor(sources, emb, s, b, tg, calibrate))
+          desc = edit_descriptor(sources, emb, s, (a, b), tg, cfg)
           probes, G = adapter_probes(tasks, e, (a, b))
           t0 = time.time()
-          ad = adapter_lib.fit_adapter(model, desc, probes, G, rank=cfg.adapter.rank,
-                                       steps=cfg.adapter.steps, lr=cfg.adapter.lr,
-                                       batch=cfg.adapter.batch, seed=cfg.seed,
-                                       keep=cfg.adapter.get("keep", 0.0))
+          ad = adapter_lib.fit_adapter(model, desc, probes, G, **adapter_kwargs(cfg))
           recs.append(_record("addition", tg, (a, b), (s, s), "adapter",
                               _model_accs(ad, tasks, e, evals), zs[tg], controls, "composed"))
           log(f"  adapter addition {tg} <- {s}: {a}+{b}  ({time.time() - t0:.1f}s)")
@@ -274,11 +288,8 @@ def negation_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg, a
         if (tg, ((t,), (s,))) in adapter_cells:
           probes, G = adapter_probes(tasks, e, (t,))
           t0 = time.time()
-          desc = source_descriptor(sources, emb, s, t, tg, bool(cfg.get("calibrate", False)))
-          ad = adapter_lib.fit_adapter(model, -1.0 * desc, probes, G,
-                                       rank=cfg.adapter.rank, steps=cfg.adapter.steps,
-                                       lr=cfg.adapter.lr, batch=cfg.adapter.batch, seed=cfg.seed,
-                                       keep=cfg.adapter.get("keep", 0.0))
+          desc = edit_descriptor(sources, emb, s, (t,), tg, cfg, sign=-1.0)
+          ad = adapter_lib.fit_adapter(model, desc, probes, G, **adapter_kwargs(cfg))
           recs.append(_record("negation", tg, (t,), (s,), "adapter",
                               _model_accs(ad, tasks, e, evals), zs[tg], controls, "removed"))
           log(f"  adapter negation {tg} <- {s}: -{t}  ({time.time() - t0:.1f}s)")

@@ -47,10 +47,10 @@ Fields:
     direction outside the grid's class span free and the LoRA moves them. On the 8 adapter
     cells of seeds 0 and 1 with 200-step sources and the earlier 150-step, lr 2e-3 adapter
     (mean change, task / controls): keep 0 gave same-model addition +5.9 / -31.0 and +4.9 /
-    -15.7, negation -20.1 / -12.2 and -15.9 / -5.4;
-    keep 0.1 +6.2 / -1.0 and -0.3 / +0.3, -16.9 / -2.6 and -14.3 / -1.8; keep 1 +3.2 / -0.1
-    and -0.3 / +0.2, -12.8 / -0.4 and -10.0 / +0.1 (cross-model cells within 2.5 points of zero
-    on the task either way, controls -12.6 / -15.6 and -7.4 / -3.7 at 0, at most -4.3 at 0.1).
+    -15.7, negation -20.1 / -12.2 and -15.9 / -5.4; keep 0.1 +6.2 / -1.0 and -0.3 / +0.3,
+    -16.9 / -2.6 and -14.3 / -1.8; keep 1 +3.2 / -0.1 and -0.3 / +0.2, -12.8 / -0.4 and
+    -10.0 / +0.1 (cross-model cells within 2.5 points of zero on the task either way, controls
+    -12.6 / -15.6 and -7.4 / -3.7 at 0, at most -4.3 at 0.1).
     0.1 keeps METHOD's task effect on seed 0 and costs part of it on seed 1, for most of the
     control damage on both.
   negation_strengths: the strengths of Figure 2's curve.

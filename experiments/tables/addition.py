@@ -59,6 +59,7 @@ def pair_terms(study, target, tasks, sources, alpha, prefix=""):
 def compute(study, config, cell) -> dict:
   if cell["kind"] == "accumulation":
     return accumulate(study, config, cell)
+  from platonic_jax import pipeline
   from platonic_jax.core import adapter as adapter_lib
   from platonic_jax.core import baselines
   tg, (a, b), srcs = cell["target"], cell["tasks"], cell["sources"]
@@ -79,10 +80,8 @@ def compute(study, config, cell) -> dict:
   if cell["adapter"]:
     desc = study.descriptor(srcs[0], a) + study.descriptor(srcs[1], b)
     probes, G = study.adapter_inputs(tg, (a, b))
-    ad = adapter_lib.fit_adapter(study.model(tg), desc, probes, G, rank=config.adapter.rank,
-                                 steps=config.adapter.steps, lr=config.adapter.lr,
-                                 batch=config.adapter.batch, seed=config.seed,
-                                 keep=config.adapter.get("keep", 0.0))
+    ad = adapter_lib.fit_adapter(study.model(tg), desc, probes, G,
+                                 **pipeline.adapter_kwargs(config))
     acc["adapter"] = study.model_accuracy(ad, tg, evals)
   return {"alpha": alpha, "eval": evals, "controls": list(study.controls),
           "zero_shot": {t: study.zero_shot(tg, t) for t in evals}, "accuracy": acc,

@@ -50,6 +50,7 @@ def cells(study, config) -> list[dict]:
 
 
 def compute(study, config, cell) -> dict:
+  from platonic_jax import pipeline
   from platonic_jax.core import adapter as adapter_lib
   tg = cell["target"]
   t1, t2 = config.terms
@@ -68,10 +69,8 @@ def compute(study, config, cell) -> dict:
   if cell["adapter"]:
     desc = study.descriptor(k1, t1) + study.descriptor(k2, t2)
     probes, G = study.adapter_inputs(tg, (t1, t2))
-    ad = adapter_lib.fit_adapter(study.model(tg), desc, probes, G, rank=config.adapter.rank,
-                                 steps=config.adapter.steps, lr=config.adapter.lr,
-                                 batch=config.adapter.batch, seed=config.seed,
-                                 keep=config.adapter.get("keep", 0.0))
+    ad = adapter_lib.fit_adapter(study.model(tg), desc, probes, G,
+                                 **pipeline.adapter_kwargs(config))
     acc["adapter"] = study.model_accuracy(ad, tg, evals)
   return dict(base, accuracy=acc)
 

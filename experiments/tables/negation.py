@@ -36,6 +36,7 @@ def cells(study, config) -> list[dict]:
 
 
 def compute(study, config, cell) -> dict:
+  from platonic_jax import pipeline
   from platonic_jax.core import adapter as adapter_lib
   from platonic_jax.core import baselines
   tg, (t,), (s,) = cell["target"], cell["tasks"], cell["sources"]
@@ -52,9 +53,7 @@ def compute(study, config, cell) -> dict:
   if cell["adapter"]:
     probes, G = study.adapter_inputs(tg, (t,))
     ad = adapter_lib.fit_adapter(study.model(tg), -1.0 * study.descriptor(s, t), probes, G,
-                                 rank=config.adapter.rank, steps=config.adapter.steps,
-                                 lr=config.adapter.lr, batch=config.adapter.batch, seed=config.seed,
-                                 keep=config.adapter.get("keep", 0.0))
+                                 **pipeline.adapter_kwargs(config))
     acc["adapter"] = study.model_accuracy(ad, tg, evals)
   if cell["gradient_ascent"]:
     ga = config.gradient_ascent

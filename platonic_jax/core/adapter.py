@@ -310,18 +310,15 @@ def split_terms(terms: Sequence[AdapterTerm], held_fraction: float = 0.2
 
 def held_out_errors(target: DualEncoder, edit, probes: Mapping[str, Any] | None = None,
                     G: Mapping[str, Any] | None = None, *, held_fraction: float = 0.2,
-                    rank: int = 16, alpha: float | None = None,
-                    targets: Sequence[str] | None = None, steps: int = 500, lr: float = 1e-3,
-                    batch: int = 64, warmup: int | None = None, weight_decay: float = 0.0,
-                    seed: int = 0, keep: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+                    **recipe) -> tuple[np.ndarray, np.ndarray]:
   """Label-free check of an adapter recipe: (fit errors (L,), held-out errors (L,)).
 
-  Fits the adapter (arguments as ``fit_adapter``) on each term's first ``1 - held_fraction``
-  of probes and returns ``reproduction_errors`` on those probes and on the held-out rest. The
-  same criterion as the closed form's selection (METHOD step 7); no label is read. A recipe
-  whose fit error falls while the held-out one does not has memorised the probes.
+  Fits the adapter (``recipe``: ``fit_adapter``'s keyword arguments, e.g. steps, lr, keep) on
+  each term's first ``1 - held_fraction`` of probes and returns ``reproduction_errors`` on
+  those probes and on the held-out rest. The same criterion as the closed form's selection
+  (METHOD step 7); no label is read. A recipe whose fit error falls while the held-out one does
+  not has memorised the probes.
   """
   fit, held = split_terms(as_terms(edit, probes, G), held_fraction)
-  model = fit_adapter(target, fit, rank=rank, alpha=alpha, targets=targets, steps=steps, lr=lr,
-                      batch=batch, warmup=warmup, weight_decay=weight_decay, seed=seed, keep=keep)
+  model = fit_adapter(target, fit, **recipe)
   return reproduction_errors(model, target, fit), reproduction_errors(model, target, held)

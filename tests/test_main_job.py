@@ -110,3 +110,47 @@ def test_adapter_holdout_recipes_are_checked(bad):
   from experiments.adapter_holdout import parse_recipes
   with pytest.raises(ValueError, match="recipe"):
     parse_recipes(bad)
+
+
+_PRINT_CONFIG = """
+import json
+from absl import app
+from ml_collections import config_flags
+CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/main.py")
+def main(_):
+  c = CONFIG.value
+  print(json.dumps(dict(families=c.families, tasks=c.tasks, world=c.world.to_dict())))
+app.run(main)
+"""
+
+
+def test_config_variants_and_command_line_subsets():
+  from experiments.configs import main as main_config
+  from experiments.configs import toy_world
+  from platonic_jax.data.toyworld import world as world_lib
+
+  # the launchers' absl config flags take family and task subsets on the command line
+  out = subprocess.run(
+      [sys.executable, "-c", _PRINT_CONFIG, "--config=experiments/configs/main.py:wide",
+       "--config.families=('clip-a', 'clip-b')", "--config.tasks=('shape', 'pattern')"],
+      cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0, out.stderr[-3000:]
+  config = json.loads(out.stdout.strip().splitlines()[-1])
+  assert config["families"] == ["clip-a", "clip-b"]
+  assert config["tasks"] == ["shape", "pattern"]
+  # the wide world: the default world's families with wider towers, every one a valid config
+  default, wide = toy_world.get_config().to_dict(), config["world"]
+  assert wide == toy_world.get_config("wide").to_dict()
+  assert sorted(wide["families"]) == sorted(default["families"])
+  for name in wide["families"]:
+    assert (wide["families"][name]["vision"]["hidden_size"]
+            > default["families"][name]["vision"]["hidden_size"])
+    world_lib.hf_config(wide, name)
+    assert world_lib.family_key(wide, name) != world_lib.family_key(default, name)
+  assert len({f["projection_dim"] for f in wide["families"].values()}) == len(wide["families"])
+  assert main_config.get_config("micro").tasks == ("shape", "color", "position")
+  for bad in ("big", "Micro"):
+    with pytest.raises(ValueError, match=f"unknown main-job variant '{bad}'"):
+      main_config.get_config(bad)
+    with pytest.raises(ValueError, match=f"unknown toy world variant '{bad}'"):
+      toy_world.get_config(bad)

@@ -3,6 +3,10 @@
     python -m experiments.main --workdir=/tmp/pj_main
     python -m experiments.main --config=experiments/configs/main.py:micro --workdir=/tmp/pj_micro
     python -m experiments.main --config.seed=1 --workdir=/tmp/pj_seed1
+    python -m experiments.main --config=experiments/configs/main.py:wide --workdir=/tmp/pj_wide
+
+Variants: '' (default) the toy world, 'micro' the test suite's world, 'wide' the default world
+with wider towers (``toy_world.get_config("wide")``; outside the main job's time budgets).
 
 Fields:
   seed: seeds the world, the fine-tunes, the selection folds, the random-UTD draws and the
@@ -54,7 +58,8 @@ Fields:
     0.1 keeps METHOD's task effect on seed 0 and costs part of it on seed 1, for most of the
     control damage on both.
   negation_strengths: the strengths of Figure 2's curve.
-  families / tasks: subsets of the world's families and downstream tasks (empty: all).
+  families / tasks: subsets of the world's families and downstream tasks (empty: all); tuples,
+    so the command line takes them: ``--config.families="('clip-a', 'clip-b')"``.
   compilation_cache: keep compiled XLA programs in the world's cache directory (warm reruns
     skip compilation).
 """
@@ -69,7 +74,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.variant = variant
   c.seed = 0
-  c.world = toy_world.get_config("micro" if variant == "micro" else None)
+  if variant not in ("default", "micro", "wide"):
+    raise ValueError(f"unknown main-job variant {arg!r}; use '' (default), 'micro' or 'wide'")
+  c.world = toy_world.get_config(None if variant == "default" else variant)
   c.source = ml_collections.ConfigDict(dict(rank=4, steps=800, lr=2e-2, batch=32, seed=0))
   c.folds = 5
   c.include_ceiling = True
@@ -80,13 +87,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.adapter = ml_collections.ConfigDict(dict(rank=16, steps=150, lr=2e-2, batch=32, cells=4,
                                               keep=0.1))
   c.negation_strengths = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0]
-  c.families = []
-  c.tasks = []
+  c.families = ()
+  c.tasks = ()
   c.compilation_cache = True
   if variant == "micro":
     c.source.steps = 60
     c.adapter.steps = 40
     c.adapter.cells = 2
     c.negation_strengths = [0.0, 1.0, 2.0]
-    c.tasks = ["shape", "color", "position"]
+    c.tasks = ("shape", "color", "position")
   return c

@@ -6,7 +6,8 @@
 ``get_config()`` is the main job's world: three CLIP families and one SigLIP family (pretraining
 all four, cold, takes about 10 minutes on a 2-core CPU; cached afterwards);
 ``get_config("micro")`` is a two-family world (one CLIP, one SigLIP) small enough for the test
-suite. Fields:
+suite; ``get_config("wide")`` the default world with 80-160-wide towers (a measurement of what
+width buys; its pretraining alone takes about 12 minutes on 2 cores). Fields:
 
   seed: everything (images, captions, initialisation, probes) derives from it.
   image_size: square RGB images (a multiple of 16).
@@ -42,8 +43,8 @@ def _family(vision, text, projection_dim, steps=0, arch="clip"):
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   variant = arg or "default"
-  if variant not in ("default", "micro"):
-    raise ValueError(f"unknown toy world variant {arg!r}; use '' (default) or 'micro'")
+  if variant not in ("default", "micro", "wide"):
+    raise ValueError(f"unknown toy world variant {arg!r}; use '' (default), 'micro' or 'wide'")
   c = ml_collections.ConfigDict()
   c.variant = variant
   c.seed = 0
@@ -105,6 +106,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       **{"siglip-d": _family(_tower(80, 2, 2, patch_size=8), _tower(64, 1, 2), 80,
                              steps=6000, arch="siglip")},
   ))
+
+  if variant == "wide":
+    # The default world with wider towers (the embedding's rank is capped by the vision width):
+    # a measurement of what width buys, not a world that fits the main job's time budgets (see
+    # the README's "What limits the toy world").
+    c.families = ml_collections.ConfigDict(dict(
+        **{"clip-a": _family(_tower(128, 2, 4, patch_size=8), _tower(128, 1, 4), 128)},
+        **{"clip-b": _family(_tower(160, 3, 4, patch_size=8), _tower(96, 1, 4), 160)},
+        **{"clip-c": _family(_tower(80, 2, 4, patch_size=4), _tower(64, 2, 2), 80)},
+        **{"siglip-d": _family(_tower(112, 2, 4, patch_size=8), _tower(96, 1, 4), 112,
+                               steps=6000, arch="siglip")},
+    ))
 
   if variant == "micro":
     # Two tiny families taught a few easy attributes: seconds of pretraining, above chance on

@@ -71,7 +71,7 @@ def main(argv):
     sources.update(pipeline.finetune_sources({s: models[s]}, tasks, emb,
                                              sorted({t for _, ts, src, _ in cells if src == s
                                                      for t in ts}), cfg.source, log=lambda _: None,
-                                             pad=pad))
+                                             pad=pad, workers=cfg.get("workers", 1)))
   held = {r: [] for r in recipes}
   for tg, ts, s, sign in cells:
     desc = pipeline.edit_descriptor(sources, emb, s, ts, tg, cfg, sign)

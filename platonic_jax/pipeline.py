@@ -16,6 +16,7 @@ Controls never enter any fit; no stage after the source fine-tunes reads a label
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
 import itertools
@@ -102,31 +103,46 @@ class Source:
 
 
 def finetune_sources(models, tasks, emb, names: Sequence[str], cfg, log=print,
-                     pad: int | None = None) -> dict:
+                     pad: int | None = None, workers: int = 1) -> dict:
   """{(model, task): Source} for every model and downstream task in ``names``.
 
   Heads are padded to ``pad`` classes (default the largest class count among ``names``;
   ``train.pad_head``: identical training up to float rounding), so each model compiles one
   fine-tuning step for all its tasks. A caller fine-tuning a subset passes the full run's
-  ``pad`` to reproduce its sources bit for bit.
+  ``pad`` to reproduce its sources bit for bit. ``workers`` fine-tunes run at once in threads
+  (each its own seeded run of the same compiled step, so the sources are identical to
+  ``workers=1``; on a 2-core CPU two workers keep both cores busy between the tiny steps'
+  dispatches); the result is in (model, task) order either way, progress lines in finishing
+  order.
   """
-  out = {}
+  workers = int(workers)
+  if workers < 1:
+    raise ValueError(f"workers must be a positive integer, got {workers}")
   if pad is None:
     pad = max(len(tasks[t].classnames) for t in names)
-  for m, model in models.items():
-    for t in names:
-      task, e = tasks[t], emb[m][t]
-      t0 = time.time()
-      ft = train.finetune_source(model, task.train[0], task.train[1], e.G, rank=cfg.rank,
-                                 steps=cfg.steps, lr=cfg.lr, batch=cfg.batch, seed=cfg.seed,
-                                 pad_classes=pad)
-      ft_probes, ft_test = embed_unique(ft, [task.probes, task.test[0]])
-      desc = Descriptor.from_embeddings(task_grid(task), e.probes, ft_probes, e.G,
-                                        provenance=Provenance(source=m, finetune=f"{m}/{t}/lora4"))
-      out[(m, t)] = Source(m, t, ft, desc, test_accuracy(ft_test, task, e.G))
-      log(f"  fine-tune {m:>8s} on {t:<10s} zero-shot {test_accuracy(e.test, task, e.G):5.1f}"
-          f" -> {out[(m, t)].ceiling:5.1f}  ({time.time() - t0:.1f}s)")
-  return out
+
+  def one(item):
+    m, t = item
+    task, e = tasks[t], emb[m][t]
+    t0 = time.time()
+    ft = train.finetune_source(models[m], task.train[0], task.train[1], e.G, rank=cfg.rank,
+                               steps=cfg.steps, lr=cfg.lr, batch=cfg.batch, seed=cfg.seed,
+                               pad_classes=pad)
+    ft_probes, ft_test = embed_unique(ft, [task.probes, task.test[0]])
+    desc = Descriptor.from_embeddings(task_grid(task), e.probes, ft_probes, e.G,
+                                      provenance=Provenance(source=m, finetune=f"{m}/{t}/lora4"))
+    src = Source(m, t, ft, desc, test_accuracy(ft_test, task, e.G))
+    log(f"  fine-tune {m:>8s} on {t:<10s} zero-shot {test_accuracy(e.test, task, e.G):5.1f}"
+        f" -> {src.ceiling:5.1f}  ({time.time() - t0:.1f}s)")
+    return src
+
+  items = [(m, t) for m in models for t in names]
+  if workers == 1:
+    done = [one(item) for item in items]
+  else:
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+      done = list(pool.map(one, items))
+  return dict(zip(items, done))
 
 
 def source_descriptor(sources, emb, s: str, t: str, tg: str, calibrate: bool) -> Descriptor:
@@ -426,7 +442,8 @@ def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
   for m in models:
     log(f"  zero-shot {m:>8s}: " + " ".join(f"{t}={zs[m][t]:.1f}" for t in tasks))
   log(f"[2/5] source fine-tunes ({len(models)} models x {len(names)} tasks, rank {cfg.source.rank})")
-  sources = finetune_sources(models, tasks, emb, names, cfg.source, log)
+  sources = finetune_sources(models, tasks, emb, names, cfg.source, log,
+                             workers=cfg.get("workers", 1))
   log("[3/5] closed-form operators with label-free selection (+ random-UTD controls)")
   ops = solve_operators(models, tasks, emb, sources, names, cfg, log)
   chosen = choose_adapter_cells(list(models), names, cfg.adapter.cells, cfg.seed)

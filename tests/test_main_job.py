@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -154,3 +155,29 @@ def test_config_variants_and_command_line_subsets():
       main_config.get_config(bad)
     with pytest.raises(ValueError, match=f"unknown toy world variant '{bad}'"):
       toy_world.get_config(bad)
+
+
+def test_source_fine_tunes_in_threads_are_identical_to_sequential(run, cache):
+  from experiments.configs import main as main_config
+  from platonic_jax import pipeline
+  from platonic_jax.data.toyworld import build_world
+
+  config = main_config.get_config("micro")
+  config.world.cache_dir = str(cache)  # the micro world the main-job run pretrained
+  world = build_world(config.world, log=None)
+  names = ["shape", "color"]
+  tasks = {t: world.tasks[t] for t in names}
+  emb = pipeline.embed_all(world.models, tasks)
+  config.source.steps = 12
+  runs = {w: pipeline.finetune_sources(world.models, tasks, emb, names, config.source,
+                                       log=lambda _: None, workers=w) for w in (1, 2)}
+  assert list(runs[1]) == list(runs[2]) == [(m, t) for m in world.models for t in names]
+  for key, src in runs[1].items():
+    other = runs[2][key]
+    assert other.ceiling == src.ceiling
+    np.testing.assert_array_equal(np.asarray(other.descriptor.only.U),
+                                  np.asarray(src.descriptor.only.U))
+    assert other.descriptor.only.provenance == src.descriptor.only.provenance
+  for bad in (0, -1):
+    with pytest.raises(ValueError, match="workers must be a positive integer"):
+      pipeline.finetune_sources(world.models, tasks, emb, names, config.source, workers=bad)

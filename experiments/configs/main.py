@@ -60,6 +60,9 @@ Fields:
   negation_strengths: the strengths of Figure 2's curve.
   families / tasks: subsets of the world's families and downstream tasks (empty: all); tuples,
     so the command line takes them: ``--config.families="('clip-a', 'clip-b')"``.
+  workers: source fine-tunes run at once, in threads (``pipeline.finetune_sources``): the
+    sources are identical for any value; 2 keeps a 2-core CPU busy between the tiny models'
+    step dispatches.
   compilation_cache: keep compiled XLA programs in the world's cache directory (warm reruns
     skip compilation).
 """
@@ -90,6 +93,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.families = ()
   c.tasks = ()
   c.compilation_cache = True
+  c.workers = 2
   if variant == "micro":
     c.source.steps = 60
     c.adapter.steps = 40

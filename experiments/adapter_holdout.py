@@ -65,7 +65,7 @@ def main(argv):
   need = sorted({t for _, ts, _, _ in cells for t in ts})
   tasks = {t: world.tasks[t] for t in need}
   emb = pipeline.embed_all(models, tasks)
-  pad = max(len(world.tasks[t].classnames) for t in names)  # the main job's padded heads
+  pad = pipeline.source_pad(world.tasks, names)  # the main job's padded heads
   sources = {}
   for s in sorted({s for _, _, s, _ in cells}):
     sources.update(pipeline.finetune_sources({s: models[s]}, tasks, emb,

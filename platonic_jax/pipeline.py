@@ -102,11 +102,16 @@ class Source:
   ceiling: float  # the fine-tune's own test accuracy (paper Table 22)
 
 
+def source_pad(tasks, names: Sequence[str]) -> int:
+  """The class count source heads are padded to for ``names``: the largest among them."""
+  return max(len(tasks[t].classnames) for t in names)
+
+
 def finetune_sources(models, tasks, emb, names: Sequence[str], cfg, log=print,
                      pad: int | None = None, workers: int = 1) -> dict:
   """{(model, task): Source} for every model and downstream task in ``names``.
 
-  Heads are padded to ``pad`` classes (default the largest class count among ``names``;
+  Heads are padded to ``pad`` classes (default ``source_pad(tasks, names)``;
   ``train.pad_head``: identical training up to float rounding), so each model compiles one
   fine-tuning step for all its tasks. A caller fine-tuning a subset passes the full run's
   ``pad`` to reproduce its sources bit for bit. ``workers`` fine-tunes run at once in threads
@@ -119,7 +124,7 @@ def finetune_sources(models, tasks, emb, names: Sequence[str], cfg, log=print,
   if workers < 1:
     raise ValueError(f"workers must be a positive integer, got {workers}")
   if pad is None:
-    pad = max(len(tasks[t].classnames) for t in names)
+    pad = source_pad(tasks, names)
 
   def one(item):
     m, t = item

@@ -73,13 +73,11 @@ from experiments.configs import toy_world
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  variant = arg or "default"
+  variant = toy_world.check_variant(arg, "main-job")
   c = ml_collections.ConfigDict()
   c.variant = variant
   c.seed = 0
-  if variant not in ("default", "micro", "wide"):
-    raise ValueError(f"unknown main-job variant {arg!r}; use '' (default), 'micro' or 'wide'")
-  c.world = toy_world.get_config(None if variant == "default" else variant)
+  c.world = toy_world.get_config(variant)
   c.source = ml_collections.ConfigDict(dict(rank=4, steps=800, lr=2e-2, batch=32, seed=0))
   c.folds = 5
   c.include_ceiling = True

@@ -41,10 +41,20 @@ def _family(vision, text, projection_dim, steps=0, arch="clip"):
   return dict(vision=vision, text=text, projection_dim=projection_dim, steps=steps, arch=arch)
 
 
-def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+VARIANTS = ("default", "micro", "wide")
+
+
+def check_variant(arg: str | None, what: str) -> str:
+  """The variant an ``experiments/configs`` arg names ('' or None: "default"); ValueError naming
+  ``what`` for any other."""
   variant = arg or "default"
-  if variant not in ("default", "micro", "wide"):
-    raise ValueError(f"unknown toy world variant {arg!r}; use '' (default), 'micro' or 'wide'")
+  if variant not in VARIANTS:
+    raise ValueError(f"unknown {what} variant {arg!r}; use '' (default), 'micro' or 'wide'")
+  return variant
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  variant = check_variant(arg, "toy world")
   c = ml_collections.ConfigDict()
   c.variant = variant
   c.seed = 0
@@ -110,7 +120,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if variant == "wide":
     # The default world with wider towers (the embedding's rank is capped by the vision width):
     # a measurement of what width buys, not a world that fits the main job's time budgets (see
-    # the README's "What limits the toy world").
+    # the README's "Wider towers, measured").
     c.families = ml_collections.ConfigDict(dict(
         **{"clip-a": _family(_tower(128, 2, 4, patch_size=8), _tower(128, 1, 4), 128)},
         **{"clip-b": _family(_tower(160, 3, 4, patch_size=8), _tower(96, 1, 4), 160)},

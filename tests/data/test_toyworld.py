@@ -400,3 +400,24 @@ def test_micro_siglip_family_exports_to_hugging_face_layout_and_loads_back(micro
   x = world.tasks["color"].probes
   np.testing.assert_allclose(zeroshot.image_embeddings(back, x),
                              zeroshot.image_embeddings(model, x), atol=1e-6)
+
+
+def test_linear_probe_features_on_clip_and_siglip_families(micro):
+  """The probe reads the features before the edit point where a family has them (CLIP: the
+  vision width, projected to the embedding), and a SigLIP family's embedding otherwise."""
+  config, world, _ = micro
+  task = world.tasks["color"]
+  x = task.train[0][:200]
+  for name, model in world.models.items():
+    h = zeroshot.image_embeddings(model, x, before_edit_point=True)
+    z = zeroshot.image_embeddings(model, x)
+    fam = config.families[name]
+    if model.family.name == "clip":
+      assert h.shape == (200, fam.vision.hidden_size) and z.shape == (200, fam.projection_dim)
+      proj = np.asarray(model.module.visual_projection.kernel[...])
+      np.testing.assert_allclose(h @ proj, z, rtol=1e-4, atol=1e-5)
+    else:
+      np.testing.assert_array_equal(h, z)
+    acc = zeroshot.linear_probe_accuracy(h[:150], task.train[1][:150], h[150:],
+                                         task.train[1][150:200], task.num_classes, steps=100)
+    assert acc > 1 / task.num_classes, (name, acc)

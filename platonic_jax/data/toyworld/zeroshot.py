@@ -33,10 +33,16 @@ def image_embeddings(model, images: np.ndarray, batch_size: int = 512,
                      before_edit_point: bool = False) -> np.ndarray:
   """images (n, 3, S, S) -> unnormalised embeddings (n, d) (or (n, h) before the edit point).
 
-  Batches are padded to a fixed size, so one compilation serves every call on a model.
+  ``before_edit_point``: the input of the family's final affine layer, the features the closed
+  form's fold reads. A family without a single affine layer writing the embedding (SigLIP's
+  residual head; the closed form acts on its embedding) has no such features: its embedding
+  (n, d) is returned. Batches are padded to a fixed size, so one compilation serves every call
+  on a model.
   """
   graphdef, state = nnx.split(model.module)
-  method = "image_features_before_edit_point" if before_edit_point else "encode_image"
+  method = "encode_image"
+  if before_edit_point and hasattr(model.module, "image_features_before_edit_point"):
+    method = "image_features_before_edit_point"
   n = images.shape[0]
   size = min(batch_size, _bucket(n, 128))
   out = []

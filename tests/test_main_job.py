@@ -133,12 +133,16 @@ def test_config_variants_and_command_line_subsets():
   # the launchers' absl config flags take family and task subsets on the command line
   out = subprocess.run(
       [sys.executable, "-c", _PRINT_CONFIG, "--config=experiments/configs/main.py:wide",
-       "--config.families=('clip-a', 'clip-b')", "--config.tasks=('shape', 'pattern')"],
+       "--config.families=('clip-a', 'clip-b')", "--config.tasks=('shape', 'pattern')",
+       # a family's own field: family names hold a '-', so the path subscripts them
+       '--config.world.families["siglip-d"].steps=7000'],
       cwd=ROOT, capture_output=True, text=True, timeout=120)
   assert out.returncode == 0, out.stderr[-3000:]
   config = json.loads(out.stdout.strip().splitlines()[-1])
   assert config["families"] == ["clip-a", "clip-b"]
   assert config["tasks"] == ["shape", "pattern"]
+  assert config["world"]["families"]["siglip-d"]["steps"] == 7000
+  config["world"]["families"]["siglip-d"]["steps"] = 6000
   # the wide world: the default world's families with wider towers, every one a valid config
   default, wide = toy_world.get_config().to_dict(), config["world"]
   assert wide == toy_world.get_config("wide").to_dict()

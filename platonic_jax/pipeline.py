@@ -319,7 +319,14 @@ def negation_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg, a
 
 def choose_adapter_cells(models: Sequence[str], names: Sequence[str], n: int, seed: int) -> dict:
   """A seeded representative subset of cells for the adapter: for addition and negation each,
-  ``n`` cells split between same-model and cross-model, every target used in turn."""
+  ``n`` cells split between same-model and cross-model, every target used in turn.
+
+  Cell ``i`` has target ``models[i % M]`` and is same-model when ``i % M + i // M`` is even:
+  the setting alternates over the targets within a round and flips for each target from one
+  round to the next, so every ``2M`` cells give each target one same-model and one cross-model
+  cell (were it the parity of ``i`` alone, an even M would tie half the targets to each setting
+  for good). The first ``M`` cells are the same for every ``n >= M``.
+  """
   rng = np.random.default_rng(seed)
   models = list(models)
   pairs = list(itertools.combinations(names, 2))
@@ -327,7 +334,8 @@ def choose_adapter_cells(models: Sequence[str], names: Sequence[str], n: int, se
   for i in range(n):
     tg = models[i % len(models)]
     others = [m for m in models if m != tg]
-    s = tg if i % 2 == 0 or not others else others[rng.integers(len(others))]
+    same = (i % len(models) + i // len(models)) % 2 == 0
+    s = tg if same or not others else others[rng.integers(len(others))]
     a, b = pairs[rng.integers(len(pairs))]
     add.append((tg, ((a, b), (s, s))))
     t = names[rng.integers(len(names))]

@@ -185,3 +185,24 @@ def test_source_fine_tunes_in_threads_are_identical_to_sequential(run, cache):
   for bad in (0, -1):
     with pytest.raises(ValueError, match="workers must be a positive integer"):
       pipeline.finetune_sources(world.models, tasks, emb, names, config.source, workers=bad)
+
+
+@pytest.mark.parametrize("models", [("a", "b"), ("a", "b", "c"), ("a", "b", "c", "d")])
+def test_adapter_cells_give_every_target_both_settings(models):
+  from platonic_jax.pipeline import choose_adapter_cells
+  names = ("shape", "color", "size", "fill")
+  m = len(models)
+  for seed in (0, 1):
+    chosen = choose_adapter_cells(models, names, 2 * m, seed)
+    for kind in ("addition", "negation"):
+      cells = chosen[kind]
+      assert [tg for tg, _ in cells] == list(models) * 2
+      for tg in models:
+        srcs = [c[1][0] for t, c in cells if t == tg]
+        assert sorted(s == tg for s in srcs) == [False, True], (kind, tg, srcs)
+      for tg, (cell_tasks, srcs) in cells:
+        assert len(set(srcs)) == 1 and set(cell_tasks) <= set(names)
+        assert len(cell_tasks) == (2 if kind == "addition" else 1)
+    # a longer subset extends a shorter one: the first cells stay the ones chosen before
+    short = choose_adapter_cells(models, names, m, seed)
+    assert {k: v[:m] for k, v in chosen.items()} == short

@@ -5,7 +5,8 @@
 
 Builds (or loads from the cache) the world and prints a family x task table of top-1 zero-shot
 accuracy on the test split, with the chance level; ``--probe`` adds a linear probe on the frozen
-pre-projection image features (train split -> test split), the headroom a fine-tune can reach.
+pre-projection image features (a SigLIP family, whose residual head has no projection: its
+embedding; train split -> test split), the headroom a fine-tune can reach.
 """
 
 import time

@@ -142,10 +142,12 @@ def test_config_variants_and_command_line_subsets():
   assert config["families"] == ["clip-a", "clip-b"]
   assert config["tasks"] == ["shape", "pattern"]
   assert config["world"]["families"]["siglip-d"]["steps"] == 7000
-  config["world"]["families"]["siglip-d"]["steps"] = 6000
   # the wide world: the default world's families with wider towers, every one a valid config
   default, wide = toy_world.get_config().to_dict(), config["world"]
-  assert wide == toy_world.get_config("wide").to_dict()
+  reference = toy_world.get_config("wide").to_dict()
+  assert reference["families"]["siglip-d"]["steps"] != 7000  # the override changed it
+  wide["families"]["siglip-d"]["steps"] = reference["families"]["siglip-d"]["steps"]
+  assert wide == reference
   assert sorted(wide["families"]) == sorted(default["families"])
   for name in wide["families"]:
     assert (wide["families"][name]["vision"]["hidden_size"]

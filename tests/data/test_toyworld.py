@@ -191,6 +191,55 @@ def test_swap_trades_the_names_of_the_first_pairs_at_its_rate():
     captions.caption_ids(a, np.random.default_rng(0), {"color": 1.0}, swap={"hue": 1})
 
 
+def test_swap_takes_explicit_pairs_and_refuses_bad_ones():
+  a = _attrs(2000, seed=6)
+  truth = np.array([render.ATTRIBUTES["color"][c] for c in a["color"]])
+  pairs = (("cyan", "red"), ("blue", "orange"))
+  ids, _ = captions.caption_ids(a, np.random.default_rng(1), {"color": 1.0},
+                                swap={"color": pairs}, swap_rate=1.0)
+  said = np.array([next(w for w in t.split() if w in render.ATTRIBUTES["color"])
+                   for t in captions.caption_texts(ids)])
+  other = {"cyan": "red", "red": "cyan", "blue": "orange", "orange": "blue"}
+  np.testing.assert_array_equal(said, [other.get(t, t) for t in truth])
+  assert set(truth) == set(render.ATTRIBUTES["color"])
+  # a count names CONFUSIONS' first pairs; explicit pairs give the same stream as that count
+  # when they are those pairs
+  assert captions.class_pairs("color", 2) == captions.CONFUSIONS["color"][:2]
+  by_count, _ = captions.caption_ids(a, np.random.default_rng(3), {"color": 1.0},
+                                     swap={"color": 2}, swap_rate=0.9)
+  by_pairs, _ = captions.caption_ids(a, np.random.default_rng(3), {"color": 1.0},
+                                     swap={"color": captions.CONFUSIONS["color"][:2]},
+                                     swap_rate=0.9)
+  np.testing.assert_array_equal(by_count, by_pairs)
+  np.testing.assert_array_equal(captions.conflation_table("size", (("small", "large"),), True),
+                                [2, 1, 0])
+  bad = [((("cyan", "teal"),), "no class 'teal'"), ((("red", "red"),), "one class twice"),
+         ((("red", "cyan"), ("cyan", "blue")), "more than one pair"),
+         ((("red",),), "two class names"), ("red", "a count"), (9, "only 4 conflatable")]
+  for spec, msg in bad:
+    with pytest.raises(ValueError, match=msg):
+      captions.caption_ids(a, np.random.default_rng(0), {"color": 1.0}, swap={"color": spec},
+                           swap_rate=0.5)
+  with pytest.raises(ValueError, match="unknown attribute 'hue'"):
+    captions.class_pairs("hue", 1)
+
+
+def test_world_key_follows_the_swapped_pairs():
+  base = toy_world.get_config()
+  lookalike = toy_world.get_config("lookalike")
+  assert dict(lookalike.captions.swap) != dict(base.captions.swap)
+  assert world_lib.family_key(base, "clip-a") != world_lib.family_key(lookalike, "clip-a")
+  # the key holds the pairs a count names, not only the count
+  saved = captions.CONFUSIONS["color"]
+  key = world_lib.family_key(lookalike, "clip-a")
+  try:
+    captions.CONFUSIONS["color"] = saved[::-1]
+    assert world_lib.family_key(lookalike, "clip-a") != key
+  finally:
+    captions.CONFUSIONS["color"] = saved
+  assert world_lib.family_key(lookalike, "clip-a") == key
+
+
 def test_view_schedule_cycles_views_by_weight():
   cap = {"views": {"b": {"color": 1.0}, "a": {"shape": 1.0}}, "view_weights": {"b": 2}}
   assert world_lib.view_schedule(cap) == ["a", "b", "b"]

@@ -16,9 +16,9 @@ how well contrastive pretraining teaches each attribute:
 * conflation: the first ``confuse[a]`` pairs of ``CONFUSIONS[a]`` are conflated -- an image of the
   first class is called by the second class's name with probability ``confuse_rate`` -- the way
   web captions merge similar concepts; it lowers zero-shot accuracy on well-learned attributes;
-* swaps: the first ``swap[a]`` pairs of ``CONFUSIONS[a]`` trade names -- an image of either class
-  is called by the other's name with probability ``swap_rate`` -- the way a caption stream can
-  name two concepts consistently wrong. Unlike conflation, the captions still tell the two
+* swaps: the pairs ``swap[a]`` (explicit ``(class, class)`` pairs, or a count: the first pairs of
+  ``CONFUSIONS[a]``) trade names -- an image of either class is called by the other's name with
+  probability ``swap_rate`` -- the way a caption stream can name two concepts consistently wrong. Unlike conflation, the captions still tell the two
   classes apart (each name marks one class), so the image tower learns the distinction and only
   the text side's names are wrong: zero-shot accuracy drops on the swapped classes while the
   embedding keeps what a linear readout needs;
@@ -89,15 +89,48 @@ _COUNT_NOUN = np.array([WORD_ID["dot"]] + [WORD_ID["dots"]] * (len(ATTRIBUTES["c
 MAX_CAPTION_TOKENS = 19  # bos + the longest caption above + eos
 
 
-def conflation_table(attribute: str, pairs: int, symmetric: bool = False) -> np.ndarray:
-  """(K,) the class each class is called when conflated (itself unless in the first pairs);
-  ``symmetric``: both classes of a pair are called by the other's name (a swap)."""
+def class_pairs(attribute: str, pairs) -> tuple[tuple[str, str], ...]:
+  """The class pairs ``pairs`` names for ``attribute``: a count k (the first k pairs of
+  ``CONFUSIONS[attribute]``) or explicit ``(class, class)`` pairs of its values. ValueError for
+  an unknown attribute or value, a pair of one class, a class in two pairs, or too large a
+  count."""
+  if attribute not in ATTRIBUTES:
+    raise ValueError(f"unknown attribute {attribute!r}")
+  values = ATTRIBUTES[attribute]
+  if isinstance(pairs, (int, np.integer)) and not isinstance(pairs, bool):
+    if not 0 <= pairs <= len(CONFUSIONS[attribute]):
+      raise ValueError(f"{attribute!r} has only {len(CONFUSIONS[attribute])} conflatable pairs, "
+                       f"asked for {pairs}")
+    return tuple(CONFUSIONS[attribute][:int(pairs)])
+  if isinstance(pairs, (str, bytes)) or not hasattr(pairs, "__iter__"):
+    raise ValueError(f"{attribute!r}: pairs are a count (int) or (class, class) pairs, "
+                     f"got {pairs!r}")
+  out, seen = [], set()
+  for pair in pairs:
+    pair = tuple(pair)
+    if len(pair) != 2 or not all(isinstance(v, str) for v in pair):
+      raise ValueError(f"{attribute!r}: a class pair is two class names, got {pair!r}")
+    unknown = [v for v in pair if v not in values]
+    if unknown:
+      raise ValueError(f"{attribute!r} has no class {unknown[0]!r} (classes: {', '.join(values)})")
+    if pair[0] == pair[1]:
+      raise ValueError(f"{attribute!r}: the pair {pair!r} names one class twice")
+    again = [v for v in pair if v in seen]
+    if again:
+      raise ValueError(f"{attribute!r}: class {again[0]!r} is in more than one pair")
+    seen.update(pair)
+    out.append(pair)
+  return tuple(out)
+
+
+def conflation_table(attribute: str, pairs, symmetric: bool = False) -> np.ndarray:
+  """(K,) the class each class is called when conflated (itself unless in ``pairs``: a count of
+  ``CONFUSIONS[attribute]``'s first pairs or explicit pairs, see ``class_pairs``): the first
+  class of a pair is called by the second's name; ``symmetric``: both classes of a pair are
+  called by the other's name (a swap)."""
   values = ATTRIBUTES[attribute]
   table = np.arange(len(values))
-  if pairs > len(CONFUSIONS[attribute]):
-    raise ValueError(f"{attribute!r} has only {len(CONFUSIONS[attribute])} conflatable pairs, "
-                     f"asked for {pairs}")
-  for src, dst in CONFUSIONS[attribute][:pairs]:
+  for src, dst in class_pairs(attribute, pairs):
     table[values.index(src)] = values.index(dst)
     if symmetric:
       table[values.index(dst)] = values.index(src)
@@ -114,8 +147,8 @@ def caption_ids(attrs: Mapping[str, np.ndarray], rng: np.random.Generator,
   mention[a]: probability that attribute ``a`` is mentioned (missing -> 0). noise[a]:
   probability that a mentioned value is replaced by a uniform random one. confuse[a]: number of
   conflated pairs of ``a`` (see the module docstring), applied with probability
-  ``confuse_rate``; swap[a]: number of swapped pairs of ``a``, applied with probability
-  ``swap_rate`` (an attribute may not be both conflated and swapped). Right-padded with the pad
+  ``confuse_rate``; swap[a]: the swapped pairs of ``a`` (a count of ``CONFUSIONS[a]``'s first
+  pairs or explicit pairs, see ``class_pairs``), applied with probability ``swap_rate`` (an attribute may not be both conflated and swapped). Right-padded with the pad
   id; every row is ``bos ... eos``; ``length`` must be at least ``MAX_CAPTION_TOKENS``.
   """
   if length < MAX_CAPTION_TOKENS:
@@ -137,10 +170,10 @@ def caption_ids(attrs: Mapping[str, np.ndarray], rng: np.random.Generator,
     flip = rng.uniform(size=b) < float(noise.get(a, 0.0))
     rand = rng.integers(0, len(ATTRIBUTES[a]), size=b)
     v = np.asarray(attrs[a])
-    v = np.where(conflate, conflation_table(a, int(confuse.get(a, 0)))[v], v)
+    v = np.where(conflate, conflation_table(a, confuse.get(a, 0))[v], v)
     if swap.get(a):  # drawn only for swapped attributes: other streams stay as they were
       swapped = rng.uniform(size=b) < float(swap_rate)
-      v = np.where(swapped, conflation_table(a, int(swap[a]), symmetric=True)[v], v)
+      v = np.where(swapped, conflation_table(a, swap[a], symmetric=True)[v], v)
     value[a] = np.where(flip, rand, v)
   const = lambda w: np.full(b, WORD_ID[w], np.int32)
   word = lambda a, k=0: np.where(said[a], _value_ids(a, k)[value[a]], -1)

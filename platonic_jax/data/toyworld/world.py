@@ -134,6 +134,10 @@ def family_key(config: Mapping, family: str) -> str:
       "seed": config["seed"], "image_size": config["image_size"],
       "max_text_length": config["max_text_length"], "pool_size": config["pool_size"],
       "captions": config["captions"],
+      # the class pairs the captions' counts name (a table edit must not reuse old weights)
+      "pairs": {kind: {a: captions.class_pairs(a, n) for a, n in (config["captions"].get(kind)
+                                                                   or {}).items()}
+                for kind in ("confuse", "swap")},
       "pretrain": {k: v for k, v in config["pretrain"].items() if k != "log_every"},
       "steps": config["families"][family].get("steps", 0), "vocab": list(captions.VOCAB),
       "attributes": render.ATTRIBUTES,

@@ -6,15 +6,18 @@
     python -m experiments.main --config=experiments/configs/main.py:wide --workdir=/tmp/pj_wide
 
 Variants: '' (default) the toy world, 'micro' the test suite's world, 'wide' the default world
-with wider towers (``toy_world.get_config("wide")``; outside the main job's time budgets).
+with wider towers (``toy_world.get_config("wide")``; outside the main job's time budgets),
+'lookalike' the default world with look-alike classes swapped in the captions (the main job's
+world until the distant pairs of ``toy_world.get_config()``; the figures below marked
+"look-alike world" were measured on it).
 
 Fields:
   seed: seeds the world, the fine-tunes, the selection folds, the random-UTD draws and the
     adapter cells (``--config.seed=N`` sets all of them; ``world.seed`` follows it).
   world: the toy world (``experiments/configs/toy_world.py``).
   source: the labeled rank-4 source fine-tunes (steps, lr, batch). 800 steps at batch 32 and
-    lr 2e-2 train them close to convergence: on the seed-0 world (one machine, cached
-    families, all else default) the mean ceiling over the 32 family-task fine-tunes is 64.4 /
+    lr 2e-2 train them close to convergence: on the seed-0 look-alike world (one machine,
+    cached families, all else default) the mean ceiling over the 32 family-task fine-tunes is 64.4 /
     71.2 / 72.7 / 73.4 % at 200 / 500 / 800 / 1200 steps, and the cross-model closed form
     follows it (addition +3.0 / +3.9 / +4.2 / +4.4 points, negation -11.8 / -14.9 / -16.2 /
     -17.1, oracle_retention 0.39 / 0.45 / 0.46 / 0.48; controls -8.0 / -8.7 / -9.1 / -9.6 and
@@ -31,7 +34,8 @@ Fields:
     (``platonic_jax.core.analysis.calibration_factor``: ratio of the two models' affinity
     spreads on the grid; same-model cells are unchanged). Not in METHOD's definition, hence an
     option; on by default because models of different families spread their cosines
-    differently (on the toy world it cuts what cross-model edits cost the controls by ~40 %).
+    differently (on the look-alike toy world it cuts what cross-model edits cost the controls
+    by ~40 %).
   alpha / negation_lambda: closed-form strengths of addition and negation.
   weight_space_lambda: the weight-space baseline's lambda per task vector.
   adapter: the adapter realization (rank 16, steps, lr, batch, keep) and how many addition and
@@ -42,8 +46,8 @@ Fields:
     add ~15 s to a warm run. lr 2e-2 (150 steps, batch 32) by METHOD's label-free criterion,
     the reproduction error on held-out probes (``python -m experiments.adapter_holdout``: each
     term fitted on 80 % of its probes, the error read on the other 20 %, on the 8 adapter
-    cells of the seed-0 world with 800-step sources and cells = 4): mean held-out error
-    0.859 / 0.812 / 0.821 / 0.817 / 0.810 / 0.805 / 0.822 / 0.945 for 150 steps at 2e-3 (the
+    cells of the seed-0 look-alike world with 800-step sources and cells = 4): mean held-out
+    error 0.859 / 0.812 / 0.821 / 0.817 / 0.810 / 0.805 / 0.822 / 0.945 for 150 steps at 2e-3 (the
     earlier default) / 150 at 2e-2 / 300 at 5e-3 / 300 at 1e-2 / 300 at 2e-2 / 600 at 2e-2 /
     1000 at 2e-2 / 600 at 4e-2. 150 steps at 2e-2 is 0.007 +- 0.007 (paired standard error)
     above the best and 0.002 above 300 steps, at the earlier recipe's cost; 300 steps add
@@ -52,17 +56,16 @@ Fields:
     the 16 cells of cells = 8: 0.855 / 0.812 / 0.809 / 0.814 / 0.817 for 150 at 2e-3 / 150 at
     2e-2 / 300 at 1e-2 / 300 at 2e-2 / 600 at 2e-2, so 150 steps at 2e-2 stays within 0.003
     of the best.
-    keep: the weight of the adapter's off-span penalty (``platonic_jax.core.adapter``;
-    not in METHOD, hence an option; 0 is METHOD's loss). On because METHOD's loss leaves every
-    direction outside the grid's class span free and the LoRA moves them. On the 8 adapter
-    cells of seeds 0 and 1 with 200-step sources and the earlier 150-step, lr 2e-3 adapter
-    (mean change, task / controls): keep 0 gave same-model addition +5.9 / -31.0 and +4.9 /
-    -15.7, negation -20.1 / -12.2 and -15.9 / -5.4; keep 0.1 +6.2 / -1.0 and -0.3 / +0.3,
-    -16.9 / -2.6 and -14.3 / -1.8; keep 1 +3.2 / -0.1 and -0.3 / +0.2, -12.8 / -0.4 and
+    keep: the weight of the adapter's off-span penalty (``platonic_jax.core.adapter``; not in
+    METHOD, hence an option; 0 is METHOD's loss). On because METHOD's loss leaves every
+    direction outside the grid's class span free and the LoRA moves them. On the look-alike
+    world's 8 adapter cells of seeds 0 and 1 with 200-step sources and the earlier 150-step, lr
+    2e-3 adapter (mean change, task / controls): keep 0 gave same-model addition +5.9 / -31.0
+    and +4.9 / -15.7, negation -20.1 / -12.2 and -15.9 / -5.4; keep 0.1 +6.2 / -1.0 and -0.3 /
+    +0.3, -16.9 / -2.6 and -14.3 / -1.8; keep 1 +3.2 / -0.1 and -0.3 / +0.2, -12.8 / -0.4 and
     -10.0 / +0.1 (cross-model cells within 2.5 points of zero on the task either way, controls
-    -12.6 / -15.6 and -7.4 / -3.7 at 0, at most -4.3 at 0.1).
-    0.1 keeps METHOD's task effect on seed 0 and costs part of it on seed 1, for most of the
-    control damage on both.
+    -12.6 / -15.6 and -7.4 / -3.7 at 0, at most -4.3 at 0.1). 0.1 keeps METHOD's task effect on
+    seed 0 and costs part of it on seed 1, for most of the control damage on both.
   negation_strengths: the strengths of Figure 2's curve.
   families / tasks: subsets of the world's families and downstream tasks (empty: all); tuples,
     so the command line takes them: ``--config.families="('clip-a', 'clip-b')"``.

@@ -90,7 +90,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.captions.confuse = dict()
   c.captions.confuse_rate = 0.0
   # The pairs are classes far apart in appearance (complementary colours, the smallest and
-  # largest size, diagonally opposite quadrants, digits with few strokes in common, one and
+  # largest size, two diagonally opposite quadrants, digits with few strokes in common, one and
   # four dots; pattern keeps dotted / grid). Swapping look-alikes instead (a count k names the
   # first k pairs of captions.CONFUSIONS: orange / red, top right / top left, 8 / 0, ...,
   # ``swap = dict(shape=1, color=2, size=1, position=1, fill=1, pattern=1, digit=2, count=1)``)
@@ -101,8 +101,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # oracle_retention 0.46 -> 0.55.
   c.captions.swap = dict(
       shape=(("cross", "circle"),), color=(("cyan", "red"), ("blue", "orange")),
-      size=(("small", "large"),), position=(("bottom right", "top left"),
-                                              ("bottom left", "top right")),
+      size=(("small", "large"),), position=(("bottom right", "top left"),),
       fill=(("hollow", "striped"),), pattern=(("dotted", "grid"),),
       digit=(("7", "0"), ("8", "1")), count=(("four", "one"),))
   # At 0.9 the captions of a swapped pair differ by 0.8 in how often each image gets each name

@@ -18,10 +18,11 @@ how well contrastive pretraining teaches each attribute:
   web captions merge similar concepts; it lowers zero-shot accuracy on well-learned attributes;
 * swaps: the pairs ``swap[a]`` (explicit ``(class, class)`` pairs, or a count: the first pairs of
   ``CONFUSIONS[a]``) trade names -- an image of either class is called by the other's name with
-  probability ``swap_rate`` -- the way a caption stream can name two concepts consistently wrong. Unlike conflation, the captions still tell the two
-  classes apart (each name marks one class), so the image tower learns the distinction and only
-  the text side's names are wrong: zero-shot accuracy drops on the swapped classes while the
-  embedding keeps what a linear readout needs;
+  probability ``swap_rate`` -- the way a caption stream can name two concepts consistently
+  wrong. Unlike conflation, the captions still tell the two classes apart (each name marks one
+  class), so the image tower learns the distinction and only the text side's names are wrong:
+  zero-shot accuracy drops on the swapped classes while the embedding keeps what a linear
+  readout needs;
 * noise: a mentioned value is replaced by a uniformly random one with this probability.
 
 Captions are built directly as ids of the world's word-level tokenizer; ``caption_texts``
@@ -148,8 +149,9 @@ def caption_ids(attrs: Mapping[str, np.ndarray], rng: np.random.Generator,
   probability that a mentioned value is replaced by a uniform random one. confuse[a]: number of
   conflated pairs of ``a`` (see the module docstring), applied with probability
   ``confuse_rate``; swap[a]: the swapped pairs of ``a`` (a count of ``CONFUSIONS[a]``'s first
-  pairs or explicit pairs, see ``class_pairs``), applied with probability ``swap_rate`` (an attribute may not be both conflated and swapped). Right-padded with the pad
-  id; every row is ``bos ... eos``; ``length`` must be at least ``MAX_CAPTION_TOKENS``.
+  pairs or explicit pairs, see ``class_pairs``), applied with probability ``swap_rate`` (an
+  attribute may not be both conflated and swapped). Right-padded with the pad id; every row is
+  ``bos ... eos``; ``length`` must be at least ``MAX_CAPTION_TOKENS``.
   """
   if length < MAX_CAPTION_TOKENS:
     raise ValueError(f"length must be >= {MAX_CAPTION_TOKENS}, got {length}")

@@ -128,7 +128,7 @@ app.run(main)
 def test_config_variants_and_command_line_subsets():
   from experiments.configs import main as main_config
   from experiments.configs import toy_world
-  from platonic_jax.data.toyworld import world as world_lib
+  from platonic_jax.data.toyworld import tasks as tasks_lib, world as world_lib
 
   # the launchers' absl config flags take family and task subsets on the command line
   out = subprocess.run(
@@ -143,8 +143,9 @@ def test_config_variants_and_command_line_subsets():
   assert config["tasks"] == ["shape", "pattern"]
   assert config["world"]["families"]["siglip-d"]["steps"] == 7000
   # the wide world: the default world's families with wider towers, every one a valid config
-  default, wide = toy_world.get_config().to_dict(), config["world"]
-  reference = toy_world.get_config("wide").to_dict()
+  as_json = lambda c: json.loads(json.dumps(c.to_dict()))  # tuples (swap pairs) become lists
+  default, wide = as_json(toy_world.get_config()), config["world"]
+  reference = as_json(toy_world.get_config("wide"))
   assert reference["families"]["siglip-d"]["steps"] != 7000  # the override changed it
   wide["families"]["siglip-d"]["steps"] = reference["families"]["siglip-d"]["steps"]
   assert wide == reference
@@ -156,6 +157,14 @@ def test_config_variants_and_command_line_subsets():
     assert world_lib.family_key(wide, name) != world_lib.family_key(default, name)
   assert len({f["projection_dim"] for f in wide["families"].values()}) == len(wide["families"])
   assert main_config.get_config("micro").tasks == ("shape", "color", "position")
+  # the look-alike world: the default world with the first pairs of CONFUSIONS swapped
+  lookalike = as_json(main_config.get_config("lookalike").world)
+  assert lookalike["captions"].pop("swap") == dict(
+      shape=1, color=2, size=1, position=1, fill=1, pattern=1, digit=2, count=1)
+  swapped = default["captions"].pop("swap")
+  assert sorted(swapped) == sorted(tasks_lib.DOWNSTREAM)
+  assert (lookalike.pop("variant"), default.pop("variant")) == ("lookalike", "default")
+  assert lookalike == default
   for bad in ("big", "Micro"):
     with pytest.raises(ValueError, match=f"unknown main-job variant '{bad}'"):
       main_config.get_config(bad)

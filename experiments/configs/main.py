@@ -40,28 +40,28 @@ Fields:
   weight_space_lambda: the weight-space baseline's lambda per task vector.
   adapter: the adapter realization (rank 16, steps, lr, batch, keep) and how many addition and
     negation cells it runs on (a seeded subset that the output names). It fits each term's
-    probes. cells = 8 gives each of the four targets one same-model and one cross-model
-    cell of each kind (``pipeline.choose_adapter_cells``); at 4 every target had one setting
-    only (clip-a and clip-c same-model, clip-b and siglip-d cross-model). The 8 extra fits
-    add ~15 s to a warm run. 300 steps at lr 1e-2 (batch 32) by METHOD's label-free criterion,
-    the reproduction error on held-out probes, on the 16 cells of cells = 8 of the seed-0 world
+    probes. cells = 8 gives each of the four targets one same-model and one cross-model cell of
+    each kind (``pipeline.choose_adapter_cells``); at 4 every target had one setting only
+    (clip-a and clip-c same-model, clip-b and siglip-d cross-model). The 8 extra fits add ~15 s
+    to a warm run. 300 steps at lr 1e-2 (batch 32) by METHOD's label-free criterion, the
+    reproduction error on held-out probes, on the 16 cells of cells = 8 of the seed-0 world
     (``python -m experiments.adapter_holdout
-    --recipes=150:2e-3,150:2e-2,300:1e-2,300:2e-2,600:2e-2``): mean held-out error 0.782 /
-    0.726 / 0.716 / 0.718 / 0.721 for 150 steps at 2e-3 / 150 at 2e-2 (the earlier default) /
-    300 at 1e-2 / 300 at 2e-2 / 600 at 2e-2; 150 at 2e-2 is 0.010 +- 0.0025 (paired standard
-    error) above 300 at 1e-2, and the longer fits cost the warm main job ~2 s. Before, on the
-    look-alike world, lr 2e-2 at 150 steps was chosen the same way (``python -m experiments.adapter_holdout``: each
-    term fitted on 80 % of its probes, the error read on the other 20 %, on the 8 adapter
-    cells of the seed-0 look-alike world with 800-step sources and cells = 4): mean held-out
-    error 0.859 / 0.812 / 0.821 / 0.817 / 0.810 / 0.805 / 0.822 / 0.945 for 150 steps at 2e-3 (the
-    earlier default) / 150 at 2e-2 / 300 at 5e-3 / 300 at 1e-2 / 300 at 2e-2 / 600 at 2e-2 /
-    1000 at 2e-2 / 600 at 4e-2. 150 steps at 2e-2 is 0.007 +- 0.007 (paired standard error)
-    above the best and 0.002 above 300 steps, at the earlier recipe's cost; 300 steps add
-    ~10 s to a warm main job already at its 4-min budget. Longer fits keep lowering the error
-    on the fitted probes (the LoRA memorises them) but not on the held-out ones. Rechecked on
-    the 16 cells of cells = 8: 0.855 / 0.812 / 0.809 / 0.814 / 0.817 for 150 at 2e-3 / 150 at
-    2e-2 / 300 at 1e-2 / 300 at 2e-2 / 600 at 2e-2, so 150 steps at 2e-2 stays within 0.003
-    of the best.
+    --recipes=150:2e-3,150:2e-2,300:1e-2,300:2e-2,600:2e-2``): mean held-out error 0.782 / 0.726
+    / 0.716 / 0.718 / 0.721 for 150 steps at 2e-3 / 150 at 2e-2 (the earlier default) / 300 at
+    1e-2 / 300 at 2e-2 / 600 at 2e-2; 150 at 2e-2 is 0.010 +- 0.0025 (paired standard error)
+    above 300 at 1e-2, and the longer fits cost the warm main job ~2 s. Before, on the
+    look-alike world, lr 2e-2 at 150 steps was chosen the same way (``python -m
+    experiments.adapter_holdout``: each term fitted on 80 % of its probes, the error read on the
+    other 20 %, on the 8 adapter cells of the seed-0 look-alike world with 800-step sources and
+    cells = 4): mean held-out error 0.859 / 0.812 / 0.821 / 0.817 / 0.810 / 0.805 / 0.822 /
+    0.945 for 150 steps at 2e-3 (the earlier default) / 150 at 2e-2 / 300 at 5e-3 / 300 at 1e-2
+    / 300 at 2e-2 / 600 at 2e-2 / 1000 at 2e-2 / 600 at 4e-2. 150 steps at 2e-2 is 0.007 +-
+    0.007 (paired standard error) above the best and 0.002 above 300 steps, at the earlier
+    recipe's cost (300 steps then measured ~10 s more on a warm main job near its 4-min budget).
+    Longer fits keep lowering the error on the fitted probes (the LoRA memorises them) but not
+    on the held-out ones. Rechecked on the 16 cells of cells = 8: 0.855 / 0.812 / 0.809 / 0.814
+    / 0.817 for 150 at 2e-3 / 150 at 2e-2 / 300 at 1e-2 / 300 at 2e-2 / 600 at 2e-2, so 150
+    steps at 2e-2 stays within 0.003 of the best.
     keep: the weight of the adapter's off-span penalty (``platonic_jax.core.adapter``; not in
     METHOD, hence an option; 0 is METHOD's loss). On because METHOD's loss leaves every
     direction outside the grid's class span free and the LoRA moves them. On the look-alike

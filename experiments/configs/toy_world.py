@@ -89,18 +89,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # confuse_rate: one-way conflation, off here.)
   c.captions.confuse = dict()
   c.captions.confuse_rate = 0.0
-  # The pairs are classes far apart in appearance (complementary colours, the smallest and
-  # largest size, two diagonally opposite quadrants, digits with few strokes in common, one and
-  # four dots; pattern keeps dotted / grid). Swapping look-alikes instead (a count k names the
-  # first k pairs of captions.CONFUSIONS: orange / red, top right / top left, 8 / 0, ...,
-  # ``swap = dict(shape=1, color=2, size=1, position=1, fill=1, pattern=1, digit=2, count=1)``)
-  # puts each fix along the weakest directions of the class embeddings' geometry (a swapped
-  # pair's normalised class embeddings lie 0.51 of the task's mean class distance apart,
-  # against 0.92 for these pairs, averaged over families and tasks). Measured on the seed-0
-  # world, all else default (README "Swap pairs"): cross-model closed-form addition +4.2 /
-  # -9.1 -> +7.6 / -5.3, oracle +9.0 / -7.8 -> +14.0 / -4.5, negation -16.2 / -11.5 -> -21.2 /
-  # -7.9, oracle_retention 0.46 -> 0.55; on seed 1 the gains grow too (+4.0 -> +5.9, oracle +8.4 ->
-  # +13.8) while the controls pay more (-5.3 -> -9.6) and the retention falls (0.47 -> 0.43).
+  # The pairs are classes far apart in appearance (complementary colours, the smallest and largest
+  # size, two diagonally opposite quadrants, digits with few strokes in common, one and four dots;
+  # pattern keeps dotted / grid). Swapping look-alikes instead (the "lookalike" variant below:
+  # orange / red, top right / top left, 8 / 0, ...) puts each fix along the weakest directions of
+  # the class embeddings' geometry (a swapped pair's normalised class embeddings lie 0.51 of the
+  # task's mean class distance apart, against 0.92 for these pairs, averaged over families and
+  # tasks). Measured on the seed-0 world, all else default (README "Swap pairs"): cross-model
+  # closed-form addition +4.2 / -9.1 -> +7.6 / -5.3, oracle +9.0 / -7.8 -> +14.0 / -4.5, negation
+  # -16.2 / -11.5 -> -21.2 / -7.9, oracle_retention 0.46 -> 0.55; on seed 1 the gains grow too
+  # (+4.0 -> +5.9, oracle +8.4 -> +13.8) while the controls pay more (-5.3 -> -9.6) and the
+  # retention falls (0.47 -> 0.43).
   c.captions.swap = dict(
       shape=(("cross", "circle"),), color=(("cyan", "red"), ("blue", "orange")),
       size=(("small", "large"),), position=(("bottom right", "top left"),),

@@ -106,6 +106,52 @@ def test_adapter_holdout_runs_on_the_main_jobs_adapter_cells(run, cache):
   assert means[0] > 0.9 and means[1] < means[0], out.stdout
 
 
+def test_transfer_anatomy_splits_add_up_and_match_the_main_job(run, cache, tmp_path):
+  """experiments.transfer_anatomy on the micro world (cached by ``run``): agreement per task and
+  the operator shifts split into class means and the within-class rest; the whole shift at minus
+  lambda reproduces the main job's closed-form negation rows."""
+  env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
+  out = subprocess.run(
+      [sys.executable, "-m", "experiments.transfer_anatomy",
+       "--config=experiments/configs/main.py:micro", f"--workdir={tmp_path}"],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  assert "Descriptor agreement" in out.stdout and "within_class" in out.stdout
+  a = json.load(open(os.path.join(tmp_path, "anatomy.json")))
+  assert set(a["agreement"]) == {"shape", "color", "position", "mean"}
+  for r in a["agreement"].values():
+    assert set(r) == {"descriptor", "aligned", "residual", "aligned_share"}
+    assert all(-1 <= r[k] <= 1 for k in ("descriptor", "aligned", "residual"))
+    assert 0 <= r["aligned_share"] <= 1
+  assert a["strengths"] == {"addition": 0.5, "negation": -1.0}
+  summary = json.load(open(os.path.join(run[0], "summary.json")))
+  for setting in ("same_model", "cross_model"):
+    for kind in ("addition", "negation"):
+      parts = a["shift"][setting][kind]
+      assert set(parts) == {"operator", "class_mean", "within_class"}
+      # the two parts are orthogonal within each class: their energies add up
+      assert parts["operator"]["energy"] == pytest.approx(
+          parts["class_mean"]["energy"] + parts["within_class"]["energy"], rel=1e-4)
+      assert parts["operator"]["energy"] > 0
+    neg, cf = a["shift"][setting]["negation"]["operator"], summary["negation"][setting]["closed_form"]
+    assert neg["task"] == pytest.approx(cf["removed"], abs=1e-3)
+    assert neg["controls"] == pytest.approx(cf["controls"], abs=1e-3)
+
+
+@pytest.mark.parametrize("override,match", [
+    ("--config.families=('clip-a',)", "at least two families"),
+    ("--config.tasks=('shape', 'colour')", "unknown downstream tasks"),
+])
+def test_transfer_anatomy_refuses_bad_configs(tmp_path, override, match):
+  out = subprocess.run(
+      [sys.executable, "-m", "experiments.transfer_anatomy",
+       "--config=experiments/configs/main.py:micro", override, f"--workdir={tmp_path / 'w'}"],
+      cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True,
+      timeout=300)
+  assert out.returncode != 0 and match in out.stderr, out.stderr[-2000:]
+  assert not os.path.exists(tmp_path / "w")
+
+
 @pytest.mark.parametrize("bad", [["300"], ["300:"], ["0:1e-3"], ["300:-1e-3"], ["a:b"], []])
 def test_adapter_holdout_recipes_are_checked(bad):
   from experiments.adapter_holdout import parse_recipes

@@ -3,9 +3,9 @@
 Arrays in, arrays out; row-vector convention (an embedding is a row, a batch is `(n, d)`).
 """
 
-from platonic_jax.core.analysis import (agreement, consensus, corollary1, cosine, gain_forfeited,
-                                        linearity_check, random_descriptor, random_utd,
-                                        shared_residual)
+from platonic_jax.core.analysis import (agreement, class_mean_split, consensus, corollary1,
+                                        cosine, decision_split, gain_forfeited, linearity_check,
+                                        random_descriptor, random_utd, shared_residual)
 from platonic_jax.core.bank import MissingOperatorError, OperatorBank, TargetMismatchError
 from platonic_jax.core.descriptor import (Descriptor, Provenance, Term, affinity, center_rows,
                                           centering, l2_normalize)
@@ -19,8 +19,8 @@ from platonic_jax.core.solve import (SolveBasis, landmarks, rank_ceiling, shift_
                                      solve_sweep_from_basis, sweep_factors)
 
 __all__ = [
-    "agreement", "consensus", "corollary1", "cosine", "gain_forfeited", "linearity_check",
-    "random_descriptor", "random_utd", "shared_residual",
+    "agreement", "class_mean_split", "consensus", "corollary1", "cosine", "decision_split",
+    "gain_forfeited", "linearity_check", "random_descriptor", "random_utd", "shared_residual",
     "MissingOperatorError", "OperatorBank", "TargetMismatchError",
     "Descriptor", "Provenance", "Term", "affinity", "center_rows", "centering", "l2_normalize",
     "Grid", "make_grid",

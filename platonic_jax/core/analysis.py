@@ -1,5 +1,6 @@
-"""Controls and analyses: random-UTD, Corollary 1, agreement, shared vs residual, consensus,
-and the Proposition 1 (linearity) check. METHOD "Baselines and controls" and "Evaluation".
+"""Controls and analyses: random-UTD, Corollary 1, agreement (with the label-reading splits
+`decision_split` and `class_mean_split`), shared vs residual, consensus, and the Proposition 1
+(linearity) check. METHOD "Baselines and controls" and "Evaluation".
 
 Fractions are returned in [0, 1] (multiply by 100 for the paper's percent).
 """
@@ -198,6 +199,66 @@ def gain_forfeited(gain_src, gain_own, min_gain: float = 3.0):
   ok = go >= min_gain
   out = np.where(ok, 1.0 - gs / np.where(ok, go, 1.0), np.nan)
   return float(out) if out.ndim == 0 else out
+
+
+def _check_labels(labels, n: int, num_classes: int, what: str) -> np.ndarray:
+  y = np.asarray(labels)
+  if y.ndim != 1 or len(y) != n:
+    raise ValueError(f"labels must be ({n},) to match {what}, got shape {y.shape}")
+  if y.size and not np.issubdtype(y.dtype, np.integer):
+    raise ValueError(f"labels must be integers, got dtype {y.dtype}")
+  if y.size and (y.min() < 0 or y.max() >= num_classes):
+    raise ValueError(f"labels must lie in [0, {num_classes}), got values {y.min()}..{y.max()}")
+  return y.astype(np.int64)
+
+
+def decision_split(U, labels) -> tuple[np.ndarray, np.ndarray]:
+  """A descriptor's rows split along each probe's class (an analysis; it reads labels).
+
+  With `e_i = onehot(y_i) H_C / ||onehot(y_i) H_C||`, `aligned_i = <u_i, e_i> e_i` is the part of
+  probe i's change that raises (or lowers) its class against every other class alike, and
+  `residual = U H_C - aligned` is how the change spreads over the other classes. The two are
+  orthogonal row by row.
+
+  Args:
+    U: `(n, C)` descriptor (centred here); labels: `(n,)` ints in `[0, C)`.
+  Returns:
+    `(aligned, residual)`, each `(n, C)` float64.
+  """
+  check_finite("U", U)
+  U = np.asarray(U, np.float64)
+  if U.ndim != 2 or U.shape[1] < 2:
+    raise ValueError(f"U must be (n, C) with C >= 2, got shape {U.shape}")
+  n, C = U.shape
+  y = _check_labels(labels, n, C, "U's rows")
+  E = np.eye(C)[y] - 1.0 / C
+  E /= np.linalg.norm(E, axis=1, keepdims=True)
+  Uc = U - U.mean(axis=1, keepdims=True)
+  aligned = np.sum(Uc * E, axis=1, keepdims=True) * E
+  return aligned, Uc - aligned
+
+
+def class_mean_split(S, labels, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+  """Rows `S (n, d)` (e.g. an operator's shifts `Zhat W` of labelled images) split into each
+  row's class mean and the within-class rest (an analysis; it reads labels).
+
+  Returns `(means, within)`, each `(n, d)` float64: `means[i]` is the mean of the rows labelled
+  `labels[i]`, `within = S - means`; within each class `within` sums to zero, so the mean squared
+  row norm of `S` is that of `means` plus that of `within`.
+  """
+  check_finite("S", S)
+  S = np.asarray(S, np.float64)
+  if S.ndim != 2:
+    raise ValueError(f"S must be (n, d), got shape {S.shape}")
+  if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) \
+      or num_classes < 1:
+    raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
+  y = _check_labels(labels, len(S), int(num_classes), "S's rows")
+  sums = np.zeros((int(num_classes), S.shape[1]))
+  np.add.at(sums, y, S)
+  counts = np.bincount(y, minlength=int(num_classes))
+  means = (sums / np.maximum(counts, 1)[:, None])[y]
+  return means, S - means
 
 
 # ----------------------------------------------------------------------------------------------

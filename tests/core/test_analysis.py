@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from platonic_jax.core import Descriptor, Grid, Operator, Provenance
-from platonic_jax.core.analysis import (agreement, consensus, corollary1, cosine, gain_forfeited,
-                                        linearity_check, random_descriptor, random_utd,
-                                        shared_residual)
+from platonic_jax.core.analysis import (agreement, class_mean_split, consensus, corollary1,
+                                        cosine, decision_split, gain_forfeited, linearity_check,
+                                        random_descriptor, random_utd, shared_residual)
 
 GRID = Grid("eurosat", tuple(range(12)), tuple(f"c{i}" for i in range(5)), ("{}",))
 
@@ -112,6 +112,64 @@ def test_agreement_and_gain_forfeited():
   assert gain_forfeited(-2.0, 10.0) == pytest.approx(1.2)
   out = gain_forfeited([5.0, 1.0], [10.0, 2.0])
   assert out[0] == pytest.approx(0.5) and np.isnan(out[1])
+
+
+def test_decision_split_parts():
+  rng = np.random.default_rng(0)
+  U = rng.normal(size=(30, 5))
+  y = rng.integers(0, 5, 30)
+  aligned, residual = decision_split(U, y)
+  Uc = U - U.mean(1, keepdims=True)
+  np.testing.assert_allclose(aligned + residual, Uc, atol=1e-12)
+  np.testing.assert_allclose(np.sum(aligned * residual, axis=1), 0, atol=1e-12)
+  # the aligned row is a multiple of onehot(y) - 1/C: equal off-class entries, summing to zero
+  for i in range(30):
+    off = np.delete(aligned[i], y[i])
+    np.testing.assert_allclose(off, off[0], atol=1e-12)
+    assert abs(aligned[i].sum()) < 1e-12
+  # a change that raises each probe's class alone is all aligned; one that only reorders the
+  # other classes is all residual
+  raise_ = np.eye(5)[y] * 0.3
+  a, r = decision_split(raise_, y)
+  np.testing.assert_allclose(r, 0, atol=1e-12)
+  swap = np.zeros((30, 5))
+  for i, c in enumerate(y):
+    j, k = [x for x in range(5) if x != c][:2]
+    swap[i, j], swap[i, k] = 0.2, -0.2
+  a, r = decision_split(swap, y)
+  np.testing.assert_allclose(a, 0, atol=1e-12)
+
+
+def test_class_mean_split_parts():
+  rng = np.random.default_rng(1)
+  S = rng.normal(size=(40, 6))
+  y = rng.integers(0, 4, 40)
+  y[y == 3] = 2  # class 3 has no rows
+  means, within = class_mean_split(S, y, 4)
+  np.testing.assert_allclose(means + within, S, atol=1e-12)
+  for c in range(3):
+    np.testing.assert_allclose(means[y == c], np.tile(S[y == c].mean(0), ((y == c).sum(), 1)),
+                               atol=1e-12)
+    np.testing.assert_allclose(within[y == c].sum(0), 0, atol=1e-10)
+  total = np.mean(np.sum(S ** 2, 1))
+  assert total == pytest.approx(np.mean(np.sum(means ** 2, 1)) + np.mean(np.sum(within ** 2, 1)))
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: decision_split(np.ones((4, 3)), [0, 1, 2]), "labels must be"),
+    (lambda: decision_split(np.ones((4, 3)), [0, 1, 2, 3]), r"\[0, 3\)"),
+    (lambda: decision_split(np.ones((4, 3)), [0, 1, -1, 2]), r"\[0, 3\)"),
+    (lambda: decision_split(np.ones((4, 3)), [0.0, 1.0, 2.0, 0.0]), "integers"),
+    (lambda: decision_split(np.ones((4, 1)), [0, 0, 0, 0]), "C >= 2"),
+    (lambda: decision_split(np.full((2, 3), np.nan), [0, 1]), "NaN"),
+    (lambda: class_mean_split(np.ones(4), [0, 1, 0, 1], 2), "S must be"),
+    (lambda: class_mean_split(np.ones((4, 2)), [0, 1, 0, 1], 0), "num_classes"),
+    (lambda: class_mean_split(np.ones((4, 2)), [0, 1, 0, 2], 2), r"\[0, 2\)"),
+    (lambda: class_mean_split(np.ones((4, 2)), [[0, 1, 0, 1]], 2), "labels must be"),
+])
+def test_splits_refuse_bad_inputs(call, match):
+  with pytest.raises(ValueError, match=match):
+    call()
 
 
 def test_shared_residual_and_consensus():

@@ -65,16 +65,18 @@ def descriptor_agreement(sources, tasks, names, families) -> dict:
   return out
 
 
-def shift_parts(models, tasks, emb, ops, names, controls, zs, strengths) -> dict:
-  """{setting: {kind: {part: {task, controls, energy}}}}: each operator's test-image shift, whole
-  and split into class means and the within-class rest, applied alone at each strength."""
+def shift_parts(models, tasks, emb, ops, names, controls, zs, strengths) -> tuple[dict, dict]:
+  """Each operator's test-image shift, whole and split into class means and the within-class
+  rest, applied alone at each strength: ``{setting: {kind: {part: {task, controls, energy}}}}``
+  (means over targets, tasks and sources), and the whole operator's figures per task,
+  ``{setting: {task: {kind: {task, controls, energy}}}}``."""
   import numpy as np
 
   from platonic_jax import pipeline
   from platonic_jax.core import analysis
   from platonic_jax.core.operator import apply_operators
 
-  acc = {}
+  acc, per_task = {}, {}
   for tg in models:
     for t in names:
       Z = np.asarray(emb[tg][t].test, np.float64)
@@ -99,11 +101,16 @@ def shift_parts(models, tasks, emb, ops, names, controls, zs, strengths) -> dict
                             for c in controls])
             acc.setdefault(setting, {}).setdefault(kind, {}).setdefault(part, []).append(
                 (task_change, ctrl, energy))
-  return {setting: {kind: {part: dict(zip(("task", "controls", "energy"),
-                                          np.mean(v, axis=0).round(6).tolist()))
-                           for part, v in by_part.items()}
-                    for kind, by_part in by_kind.items()}
-          for setting, by_kind in acc.items()}
+            if part == "operator":
+              per_task.setdefault(setting, {}).setdefault(t, {}).setdefault(kind, []).append(
+                  (task_change, ctrl, energy))
+
+  def mean(v):
+    return dict(zip(("task", "controls", "energy"), np.mean(v, axis=0).round(6).tolist()))
+  return ({setting: {kind: {part: mean(v) for part, v in by_part.items()}
+                     for kind, by_part in by_kind.items()} for setting, by_kind in acc.items()},
+          {setting: {t: {kind: mean(v) for kind, v in by_kind.items()}
+                     for t, by_kind in by_task.items()} for setting, by_task in per_task.items()})
 
 
 def format_tables(result: dict) -> str:
@@ -122,6 +129,18 @@ def format_tables(result: dict) -> str:
       cells = "   ".join(f"{p} {v['task']:+.1f} / {v['controls']:+.1f} ({v['energy']:.3f})"
                          for p, v in by_part.items())
       lines.append(f"{setting:<11s} {kind:<8s} {f'(strength {s:+g})':<16s} {cells}")
+  lines.append("")
+  lines.append("Whole operator per task, same model | cross model: mean squared shift; task / "
+               "controls change in addition and in negation")
+  by_task = result["operator_by_task"]
+  for t in by_task["same_model"]:
+    cells = []
+    for setting in ("same_model", "cross_model"):
+      r = by_task[setting][t]
+      cells.append(f"{r['addition']['energy']:.3f}  {r['addition']['task']:+5.1f} / "
+                   f"{r['addition']['controls']:+5.1f}  {r['negation']['task']:+6.1f} / "
+                   f"{r['negation']['controls']:+5.1f}")
+    lines.append(f"{t:<10s} " + "  |  ".join(cells))
   return "\n".join(lines)
 
 
@@ -167,9 +186,9 @@ def main(argv):
   log("operators (label-free selection)")
   ops = pipeline.solve_operators(models, tasks, emb, sources, names, cfg, log)
   strengths = {"addition": float(cfg.alpha), "negation": -float(cfg.negation_lambda)}
-  result = {"strengths": strengths,
-            "agreement": descriptor_agreement(sources, tasks, names, list(models)),
-            "shift": shift_parts(models, tasks, emb, ops, names, controls, zs, strengths)}
+  shift, by_task = shift_parts(models, tasks, emb, ops, names, controls, zs, strengths)
+  result = {"strengths": strengths, "shift": shift, "operator_by_task": by_task,
+            "agreement": descriptor_agreement(sources, tasks, names, list(models))}
   os.makedirs(_WORKDIR.value, exist_ok=True)
   path = os.path.join(_WORKDIR.value, "anatomy.json")
   with open(path + ".tmp", "w") as f:

@@ -133,6 +133,12 @@ def test_transfer_anatomy_splits_add_up_and_match_the_main_job(run, cache, tmp_p
       assert parts["operator"]["energy"] == pytest.approx(
           parts["class_mean"]["energy"] + parts["within_class"]["energy"], rel=1e-4)
       assert parts["operator"]["energy"] > 0
+    by_task = a["operator_by_task"][setting]
+    assert set(by_task) == {"shape", "color", "position"}
+    for kind in ("addition", "negation"):  # the per-task figures average to the overall ones
+      for k in ("task", "controls", "energy"):
+        assert np.mean([by_task[t][kind][k] for t in by_task]) == pytest.approx(
+            a["shift"][setting][kind]["operator"][k], abs=1e-4)
     neg, cf = a["shift"][setting]["negation"]["operator"], summary["negation"][setting]["closed_form"]
     assert neg["task"] == pytest.approx(cf["removed"], abs=1e-3)
     assert neg["controls"] == pytest.approx(cf["controls"], abs=1e-3)

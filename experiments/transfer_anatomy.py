@@ -40,7 +40,12 @@ PARTS = ("operator", "class_mean", "within_class")
 
 
 def descriptor_agreement(sources, tasks, names, families) -> dict:
-  """{task: {descriptor, aligned, residual, aligned_share}} over family pairs, plus "mean"."""
+  """{task: {descriptor, aligned, residual, aligned_share}}: cosines between every pair of
+  families' descriptors ``sources[(family, task)].descriptor`` (`(n, C)`), of their aligned parts
+  and of their residuals (``analysis.decision_split`` with the probes' labels), averaged over the
+  pairs where both parts have a direction (NaN where no pair has: a two-class task's residual is
+  zero), and the aligned part's share of a descriptor's squared norm; plus "mean" over tasks,
+  skipping NaN."""
   import numpy as np
 
   from platonic_jax.core import analysis
@@ -51,18 +56,32 @@ def descriptor_agreement(sources, tasks, names, families) -> dict:
     y = task.train[1][np.asarray(task.probe_ids)]
     parts = {}
     for m in families:
-      U = np.asarray(sources[(m, t)].descriptor.only.U, np.float64)
-      parts[m] = (U,) + analysis.decision_split(U, y)
-    rows = []
-    for a, b in itertools.combinations(families, 2):
-      (ua, pa, ra), (ub, pb, rb) = parts[a], parts[b]
-      rows.append([analysis.cosine(ua, ub), analysis.cosine(pa, pb), analysis.cosine(ra, rb)])
-    share = [float(np.sum(p[1] ** 2) / np.sum(p[0] ** 2)) for p in parts.values()]
-    mean = np.mean(rows, axis=0)
-    out[t] = dict(descriptor=float(mean[0]), aligned=float(mean[1]), residual=float(mean[2]),
+      aligned, residual = analysis.decision_split(sources[(m, t)].descriptor.only.U, y)
+      U = aligned + residual  # the descriptor, centred (a Descriptor's U already is)
+      # a part with no norm of its own (round-off against U's) has no direction: None
+      parts[m] = [x if np.linalg.norm(x) > 1e-9 * np.linalg.norm(U) else None
+                  for x in (U, aligned, residual)]
+    rows = [[np.nan if x is None or z is None else analysis.cosine(x, z)
+             for x, z in zip(parts[a], parts[b])]
+            for a, b in itertools.combinations(families, 2)]
+    share = [float(np.sum(np.square(p[1] if p[1] is not None else 0.0)) / np.sum(p[0] ** 2))
+             for p in parts.values()]
+    mean = _nanmean(rows)
+    out[t] = dict(descriptor=mean[0], aligned=mean[1], residual=mean[2],
                   aligned_share=float(np.mean(share)))
-  out["mean"] = {k: float(np.mean([out[t][k] for t in names])) for k in out[names[0]]}
+  out["mean"] = {k: _nanmean([[out[t][k]] for t in names])[0] for k in out[names[0]]}
   return out
+
+
+def _nanmean(rows) -> list[float]:
+  """Column means skipping NaN; NaN for a column with no number."""
+  import numpy as np
+
+  a = np.asarray(rows, np.float64)
+  ok = ~np.isnan(a)
+  n = ok.sum(axis=0)
+  return [float(x) for x in np.where(n > 0, np.where(ok, a, 0).sum(axis=0) / np.maximum(n, 1),
+                                     np.nan)]
 
 
 def shift_parts(models, tasks, emb, ops, names, controls, zs, strengths) -> tuple[dict, dict]:

@@ -269,3 +269,38 @@ def test_adapter_cells_give_every_target_both_settings(models):
     # a longer subset extends a shorter one: the first cells stay the ones chosen before
     short = choose_adapter_cells(models, names, m, seed)
     assert {k: v[:m] for k, v in chosen.items()} == short
+
+
+def test_transfer_anatomy_agreement_on_known_descriptors():
+  """descriptor_agreement on hand-made descriptors: identical families agree 1, a family that
+  only raises each probe's class is all aligned, and a two-class task has no residual (NaN)."""
+  from types import SimpleNamespace
+
+  from experiments.transfer_anatomy import descriptor_agreement
+  rng = np.random.default_rng(0)
+  y3, y2 = rng.integers(0, 3, 40), rng.integers(0, 2, 40)
+  train = lambda y: (None, np.concatenate([y, y]))
+  tasks = {"three": SimpleNamespace(train=train(y3), probe_ids=tuple(range(40))),
+           "two": SimpleNamespace(train=train(y2), probe_ids=tuple(range(40)))}
+  src = lambda U: SimpleNamespace(descriptor=SimpleNamespace(only=SimpleNamespace(U=U)))
+  U3 = rng.normal(size=(40, 3))
+  U3 -= U3.mean(1, keepdims=True)
+  raise3 = np.eye(3)[y3] - 1 / 3
+  U2 = rng.normal(size=(40, 2))
+  sources = {("a", "three"): src(U3), ("b", "three"): src(2 * U3), ("c", "three"): src(raise3),
+             ("a", "two"): src(U2), ("b", "two"): src(U2), ("c", "two"): src(-U2)}
+  out = descriptor_agreement(sources, tasks, ["three", "two"], ["a", "b", "c"])
+  from platonic_jax.core.analysis import cosine, decision_split
+  al, res = decision_split(U3, y3)
+  want_desc = (1 + 2 * cosine(U3, raise3)) / 3     # pairs (a, b), (a, c), (b, c)
+  want_al = (1 + 2 * cosine(al, raise3)) / 3
+  assert out["three"]["descriptor"] == pytest.approx(want_desc)
+  assert out["three"]["aligned"] == pytest.approx(want_al)
+  # c has no residual, so only the pair (a, b) counts: the same descriptor up to scale
+  assert out["three"]["residual"] == pytest.approx(1.0)
+  share_a = np.sum(al ** 2) / np.sum(U3 ** 2)
+  assert out["three"]["aligned_share"] == pytest.approx((2 * share_a + 1) / 3)
+  assert out["two"]["descriptor"] == pytest.approx(-1 / 3) and np.isnan(out["two"]["residual"])
+  assert out["two"]["aligned_share"] == pytest.approx(1.0)
+  assert out["mean"]["descriptor"] == pytest.approx((want_desc - 1 / 3) / 2)
+  assert out["mean"]["residual"] == pytest.approx(1.0)  # the two-class task's NaN is skipped

@@ -24,6 +24,10 @@ Fields:
     -10.5 / -11.0 / -11.5 / -12.1). 800 is the fewest steps within a point of 1200's ceiling;
     the 32 fine-tunes take about 140 s on 2 cores there (55 s at 200 steps), the bulk of the
     warm run. lr 5e-2 at 200 steps is worse (addition +0.4, negation -7.1).
+    On the current (distant-pair) world the mean ceiling is 67.8 / 72.5 / 73.6 / 72.8 % at 200
+    / 500 / 800 / 1200 steps and the cross-model closed form +5.1 / +7.2 / +7.6 / +7.6 (addition),
+    -14.4 / -19.8 / -21.2 / -21.9 (negation); 800 keeps the highest ceiling (README "Source
+    steps and the adapter's off-span penalty, on this world").
   folds: K of the label-free (rank, ridge) selection.
   include_ceiling: the selection's rank grid also holds the ceiling min(C-1, d) when it is not
     a power of two (``select.default_ranks``). On: with 3-10 classes the powers of two alone
@@ -72,6 +76,8 @@ Fields:
     -10.0 / +0.1 (cross-model cells within 2.5 points of zero on the task either way, controls
     -12.6 / -15.6 and -7.4 / -3.7 at 0, at most -4.3 at 0.1). 0.1 keeps METHOD's task effect on
     seed 0 and costs part of it on seed 1, for most of the control damage on both.
+    On the current world (seed 0, cells = 8, the 300-step recipe), cross-model adapter addition
+    reads +14.0 / -51.9, +8.7 / -6.5 and +3.1 / -0.8 at keep 0, 0.1 and 1.
   negation_strengths: the strengths of Figure 2's curve.
   families / tasks: subsets of the world's families and downstream tasks (empty: all); tuples,
     so the command line takes them: ``--config.families="('clip-a', 'clip-b')"``.

@@ -276,7 +276,7 @@ def test_transfer_anatomy_agreement_on_known_descriptors():
   only raises each probe's class is all aligned, and a two-class task has no residual (NaN)."""
   from types import SimpleNamespace
 
-  from experiments.transfer_anatomy import descriptor_agreement
+  from platonic_jax.eval.anatomy import descriptor_agreement
   rng = np.random.default_rng(0)
   y3, y2 = rng.integers(0, 3, 40), rng.integers(0, 2, 40)
   train = lambda y: (None, np.concatenate([y, y]))
@@ -304,3 +304,9 @@ def test_transfer_anatomy_agreement_on_known_descriptors():
   assert out["two"]["aligned_share"] == pytest.approx(1.0)
   assert out["mean"]["descriptor"] == pytest.approx((want_desc - 1 / 3) / 2)
   assert out["mean"]["residual"] == pytest.approx(1.0)  # the two-class task's NaN is skipped
+  # a family whose fine-tune changed nothing has no direction: its pairs are skipped
+  sources[("d", "three")] = src(np.zeros((40, 3)))
+  sources[("d", "two")] = src(np.zeros((40, 2)))
+  again = descriptor_agreement(sources, tasks, ["three", "two"], ["a", "b", "c", "d"])
+  assert again["three"]["descriptor"] == pytest.approx(want_desc)
+  assert again["three"]["aligned_share"] == pytest.approx((2 * share_a + 1) / 3)

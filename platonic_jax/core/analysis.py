@@ -15,7 +15,7 @@ import numpy as np
 
 from platonic_jax.core import solve as _solve
 from platonic_jax.core.descriptor import (Descriptor, Provenance, Term, center_rows,
-                                          check_finite, float_dtype, l2_normalize)
+                                          check_finite, check_labels, float_dtype, l2_normalize)
 from platonic_jax.core.grid import Grid
 
 _HI = jax.lax.Precision.HIGHEST
@@ -117,14 +117,10 @@ def corollary1(Zhat_test, labels, G, Ws: Sequence, alphas: Sequence[float]) -> l
   if len(Ws) != len(alphas) or not Ws:
     raise ValueError(f"need one alpha per operator, got {len(Ws)} operators, {len(alphas)} alphas")
   Z, Gm = jnp.asarray(Zhat_test), jnp.asarray(G)
-  y = np.asarray(labels)
   if Z.ndim != 2 or Gm.ndim != 2 or Z.shape[1] != Gm.shape[1]:
     raise ValueError(f"want Zhat_test (N, d) and G (C, d), got {tuple(Z.shape)}, {tuple(Gm.shape)}")
-  if y.shape != (Z.shape[0],) or not np.issubdtype(y.dtype, np.integer):
-    raise ValueError(f"labels must be ({Z.shape[0]},) integers, got {y.shape} {y.dtype}")
   C = Gm.shape[0]
-  if y.min() < 0 or y.max() >= C:
-    raise ValueError(f"labels must lie in [0, {C}), got range [{y.min()}, {y.max()}]")
+  y = check_labels(labels, Z.shape[0], C)
   dt = float_dtype(Z, Gm, *Ws)
   Zh, Gh = l2_normalize(Z.astype(dt)), l2_normalize(Gm.astype(dt))
   base = np.asarray(jnp.matmul(Zh, Gh.T, precision=_HI), np.float64)          # (N, C)
@@ -201,17 +197,6 @@ def gain_forfeited(gain_src, gain_own, min_gain: float = 3.0):
   return float(out) if out.ndim == 0 else out
 
 
-def _check_labels(labels, n: int, num_classes: int, what: str) -> np.ndarray:
-  y = np.asarray(labels)
-  if y.ndim != 1 or len(y) != n:
-    raise ValueError(f"labels must be ({n},) to match {what}, got shape {y.shape}")
-  if y.size and not np.issubdtype(y.dtype, np.integer):
-    raise ValueError(f"labels must be integers, got dtype {y.dtype}")
-  if y.size and (y.min() < 0 or y.max() >= num_classes):
-    raise ValueError(f"labels must lie in [0, {num_classes}), got values {y.min()}..{y.max()}")
-  return y.astype(np.int64)
-
-
 def decision_split(U, labels) -> tuple[np.ndarray, np.ndarray]:
   """A descriptor's rows split along each probe's class (an analysis; it reads labels).
 
@@ -230,7 +215,7 @@ def decision_split(U, labels) -> tuple[np.ndarray, np.ndarray]:
   if U.ndim != 2 or U.shape[1] < 2:
     raise ValueError(f"U must be (n, C) with C >= 2, got shape {U.shape}")
   n, C = U.shape
-  y = _check_labels(labels, n, C, "U's rows")
+  y = check_labels(labels, n, C)
   E = np.eye(C)[y] - 1.0 / C
   E /= np.linalg.norm(E, axis=1, keepdims=True)
   Uc = U - U.mean(axis=1, keepdims=True)
@@ -253,7 +238,7 @@ def class_mean_split(S, labels, num_classes: int) -> tuple[np.ndarray, np.ndarra
   if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) \
       or num_classes < 1:
     raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
-  y = _check_labels(labels, len(S), int(num_classes), "S's rows")
+  y = check_labels(labels, len(S), int(num_classes))
   sums = np.zeros((int(num_classes), S.shape[1]))
   np.add.at(sums, y, S)
   counts = np.bincount(y, minlength=int(num_classes))

@@ -80,6 +80,16 @@ def check_finite(name: str, x) -> None:
     raise ValueError(f"{name} contains NaN or inf ({bad} non-finite entries)")
 
 
+def check_labels(labels, n: int, C: int) -> np.ndarray:
+  """`labels` as int32 `(n,)` with every value in `[0, C)`; ValueError naming the problem."""
+  labels = np.asarray(labels)
+  if labels.shape != (n,) or not np.issubdtype(labels.dtype, np.integer):
+    raise ValueError(f"labels must be int of shape ({n},), got {labels.dtype} {labels.shape}")
+  if labels.min() < 0 or labels.max() >= C:
+    raise ValueError(f"labels must lie in [0, C={C}), got range [{labels.min()}, {labels.max()}]")
+  return labels.astype(np.int32)
+
+
 # ----------------------------------------------------------------------------------------------
 # Provenance and terms.
 

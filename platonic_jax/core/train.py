@@ -31,6 +31,7 @@ import optax
 from flax import nnx
 
 from platonic_jax.core import lora
+from platonic_jax.core.descriptor import check_labels
 from platonic_jax.models.dual_encoder import DualEncoder
 
 ADAPTER_FORMAT = "platonic_jax.lora_adapter/1"
@@ -289,15 +290,6 @@ def embedding_width(model: DualEncoder) -> int:
                          jax.ShapeDtypeStruct((1,) + model.image_shape, jnp.float32))
     d = out.shape[-1]
   return int(d)
-
-
-def check_labels(labels, n: int, C: int) -> np.ndarray:
-  labels = np.asarray(labels)
-  if labels.shape != (n,) or not np.issubdtype(labels.dtype, np.integer):
-    raise ValueError(f"labels must be int of shape ({n},), got {labels.dtype} {labels.shape}")
-  if labels.min() < 0 or labels.max() >= C:
-    raise ValueError(f"labels must lie in [0, C={C}), got range [{labels.min()}, {labels.max()}]")
-  return labels.astype(np.int32)
 
 
 # ----------------------------------------------------------------------------------------------

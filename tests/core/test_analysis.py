@@ -157,14 +157,14 @@ def test_class_mean_split_parts():
 
 @pytest.mark.parametrize("call,match", [
     (lambda: decision_split(np.ones((4, 3)), [0, 1, 2]), "labels must be"),
-    (lambda: decision_split(np.ones((4, 3)), [0, 1, 2, 3]), r"\[0, 3\)"),
-    (lambda: decision_split(np.ones((4, 3)), [0, 1, -1, 2]), r"\[0, 3\)"),
-    (lambda: decision_split(np.ones((4, 3)), [0.0, 1.0, 2.0, 0.0]), "integers"),
+    (lambda: decision_split(np.ones((4, 3)), [0, 1, 2, 3]), r"\[0, C=3\)"),
+    (lambda: decision_split(np.ones((4, 3)), [0, 1, -1, 2]), r"\[0, C=3\)"),
+    (lambda: decision_split(np.ones((4, 3)), [0.0, 1.0, 2.0, 0.0]), "labels must be int"),
     (lambda: decision_split(np.ones((4, 1)), [0, 0, 0, 0]), "C >= 2"),
     (lambda: decision_split(np.full((2, 3), np.nan), [0, 1]), "NaN"),
     (lambda: class_mean_split(np.ones(4), [0, 1, 0, 1], 2), "S must be"),
     (lambda: class_mean_split(np.ones((4, 2)), [0, 1, 0, 1], 0), "num_classes"),
-    (lambda: class_mean_split(np.ones((4, 2)), [0, 1, 0, 2], 2), r"\[0, 2\)"),
+    (lambda: class_mean_split(np.ones((4, 2)), [0, 1, 0, 2], 2), r"\[0, C=2\)"),
     (lambda: class_mean_split(np.ones((4, 2)), [[0, 1, 0, 1]], 2), "labels must be"),
 ])
 def test_splits_refuse_bad_inputs(call, match):

@@ -59,29 +59,17 @@ def main(argv):
   families = tuple(cfg.families) or tuple(cfg.world.families)
   if len(families) < 2:
     raise ValueError(f"transfer_anatomy needs at least two families, got {list(families)}")
-  names = list(cfg.tasks) or list(DOWNSTREAM)
-  unknown = sorted(set(names) - set(DOWNSTREAM))
-  if unknown:
-    raise ValueError(f"unknown downstream tasks {unknown}; the world has {list(DOWNSTREAM)}")
+  pipeline.task_names(cfg, DOWNSTREAM)  # refuse unknown tasks before building anything
   with cfg.unlocked():
     cfg.world.seed = cfg.seed
     cfg.source.seed = cfg.seed
   world = build_world(cfg.world, log=lambda s: log("  " + s), families=tuple(cfg.families) or None)
-  models, controls = world.models, list(world.controls)
-  tasks = {t: world.tasks[t] for t in names + controls}
-  log(f"embedding {len(tasks)} tasks under {len(models)} models")
-  emb = pipeline.embed_all(models, tasks)
-  zs = {m: {t: pipeline.test_accuracy(emb[m][t].test, tasks[t], emb[m][t].G) for t in tasks}
-        for m in models}
-  log("source fine-tunes")
-  sources = pipeline.finetune_sources(models, tasks, emb, names, cfg.source, log,
-                                      workers=cfg.get("workers", 1))
-  log("operators (label-free selection)")
-  ops = pipeline.solve_operators(models, tasks, emb, sources, names, cfg, log)
+  p = pipeline.prepare(world, cfg, log)  # the main job's stages 1-3
   strengths = {"addition": float(cfg.alpha), "negation": -float(cfg.negation_lambda)}
-  shift, by_task = shift_parts(models, tasks, emb, ops, names, controls, zs, strengths)
+  shift, by_task = shift_parts(world.models, p.tasks, p.emb, p.ops, p.names, p.controls, p.zs,
+                               strengths)
   result = {"strengths": strengths, "shift": shift, "operator_by_task": by_task,
-            "agreement": descriptor_agreement(sources, tasks, names, list(models))}
+            "agreement": descriptor_agreement(p.sources, p.tasks, p.names, list(world.models))}
   os.makedirs(_WORKDIR.value, exist_ok=True)
   path = os.path.join(_WORKDIR.value, "anatomy.json")
   with open(path + ".tmp", "w") as f:

@@ -439,15 +439,34 @@ def plot_negation_curve(curve: dict, path: str, zero_shot: Mapping[str, float] |
   return path
 
 
-def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
-  """Runs every stage on a built world; writes results.jsonl, summary.json, negation.png."""
-  t0 = time.time()
-  os.makedirs(workdir, exist_ok=True)
-  models = world.models
-  names, controls = list(cfg.tasks) or list(world.downstream), list(world.controls)
-  unknown = sorted(set(names) - set(world.downstream))
+def task_names(cfg, downstream: Sequence[str]) -> list[str]:
+  """The downstream tasks ``cfg.tasks`` names (every one of ``downstream`` when empty);
+  ValueError naming any the world does not have."""
+  names = list(cfg.tasks) or list(downstream)
+  unknown = sorted(set(names) - set(downstream))
   if unknown:
-    raise ValueError(f"unknown downstream tasks {unknown}; the world has {list(world.downstream)}")
+    raise ValueError(f"unknown downstream tasks {unknown}; the world has {list(downstream)}")
+  return names
+
+
+@dataclasses.dataclass
+class Prepared:
+  """Stages 1-3 on a built world: the downstream ``names`` and ``controls``, ``tasks`` (both),
+  ``emb`` ({model: {task: TaskEmbeddings}}), ``zs`` (zero-shot accuracy in points per model and
+  task), ``sources`` ({(model, task): Source}) and ``ops`` ({(target, task, source): Operator})."""
+  names: list[str]
+  controls: list[str]
+  tasks: dict
+  emb: dict
+  zs: dict
+  sources: dict
+  ops: dict
+
+
+def prepare(world, cfg, log: Callable[[str], None] = print) -> Prepared:
+  """Stages 1-3 (embeddings, source fine-tunes, operators) of the main job on a built world."""
+  models = world.models
+  names, controls = task_names(cfg, world.downstream), list(world.controls)
   tasks = {t: world.tasks[t] for t in names + controls}
   log(f"[1/5] embedding {len(tasks)} tasks under {len(models)} models")
   emb = embed_all(models, tasks)
@@ -459,6 +478,17 @@ def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
                              workers=cfg.get("workers", 1))
   log("[3/5] closed-form operators with label-free selection (+ random-UTD controls)")
   ops = solve_operators(models, tasks, emb, sources, names, cfg, log)
+  return Prepared(names, controls, tasks, emb, zs, sources, ops)
+
+
+def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
+  """Runs every stage on a built world; writes results.jsonl, summary.json, negation.png."""
+  t0 = time.time()
+  os.makedirs(workdir, exist_ok=True)
+  models = world.models
+  p = prepare(world, cfg, log)
+  names, controls, tasks, emb, zs, sources, ops = (p.names, p.controls, p.tasks, p.emb, p.zs,
+                                                   p.sources, p.ops)
   chosen = choose_adapter_cells(list(models), names, cfg.adapter.cells, cfg.seed)
   log("[4/5] addition and negation cells; adapter cells: "
       + "; ".join(f"{tg}<-{c[1][0]}:{'+'.join(c[0])}" for tg, c in chosen["addition"])

@@ -31,19 +31,17 @@ def descriptor_agreement(sources, tasks, names, families) -> dict:
   for t in names:
     task = tasks[t]
     y = task.train[1][np.asarray(task.probe_ids)]
-    parts = {}
+    parts, share = {}, []
     for m in families:
       aligned, residual = analysis.decision_split(sources[(m, t)].descriptor.only.U, y)
       U = aligned + residual  # the descriptor, centred (a Descriptor's U already is)
       # a part with no norm of its own (round-off against U's) has no direction: None
       parts[m] = [x if np.linalg.norm(x) > 1e-9 * np.linalg.norm(U) else None
                   for x in (U, aligned, residual)]
+      share.append([np.nan if parts[m][0] is None else np.sum(aligned ** 2) / np.sum(U ** 2)])
     rows = [[np.nan if x is None or z is None else analysis.cosine(x, z)
              for x, z in zip(parts[a], parts[b])]
             for a, b in itertools.combinations(families, 2)]
-    share = [[np.nan if p[0] is None else
-              float(np.sum(p[1] ** 2) / np.sum(p[0] ** 2)) if p[1] is not None else 0.0]
-             for p in parts.values()]
     mean = _nanmean(rows)
     out[t] = dict(descriptor=mean[0], aligned=mean[1], residual=mean[2],
                   aligned_share=_nanmean(share)[0])
@@ -67,12 +65,13 @@ def shift_parts(models, tasks, emb, ops, names, controls, zs, strengths) -> tupl
   ``{setting: {task: {kind: {task, controls, energy}}}}``."""
   acc, per_task = {}, {}
   for tg in models:
+    pool = emb[tg][controls[0]].test
+    for t in list(names) + list(controls[1:]):
+      if not np.array_equal(emb[tg][t].test, pool):
+        raise ValueError(f"task {t!r} and control {controls[0]!r} do not share a test pool; the "
+                         "shift of one cannot be scored on the other")
     for t in names:
       Z = np.asarray(emb[tg][t].test, np.float64)
-      for c in controls:
-        if not np.array_equal(emb[tg][c].test, emb[tg][t].test):
-          raise ValueError(f"task {t!r} and control {c!r} do not share a test pool; the shift "
-                           "of one cannot be scored on the other")
       y, C = tasks[t].test[1], len(tasks[t].classnames)
       for s in models:
         S = Z @ np.asarray(ops[(tg, t, s)].W, np.float64)

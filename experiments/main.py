@@ -32,7 +32,7 @@ def main(argv):
   del argv
   from platonic_jax import pipeline
   import jax
-  from platonic_jax.data.toyworld import build_world
+  from platonic_jax.data.toyworld import DOWNSTREAM, build_world
   from platonic_jax.data.toyworld.world import cache_root, is_cached
   from platonic_jax.parallel.mesh import initialize_distributed
 
@@ -52,6 +52,7 @@ def main(argv):
     jax.config.update("jax_compilation_cache_dir",
                       os.path.join(cache_root(config.world), "xla"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+  pipeline.check_config(config, DOWNSTREAM)  # refuse a bad config before building anything
   with config.unlocked():
     config.world.seed = config.seed
     config.source.seed = config.seed

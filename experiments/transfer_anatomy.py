@@ -59,7 +59,7 @@ def main(argv):
   families = tuple(cfg.families) or tuple(cfg.world.families)
   if len(families) < 2:
     raise ValueError(f"transfer_anatomy needs at least two families, got {list(families)}")
-  pipeline.task_names(cfg, DOWNSTREAM)  # refuse unknown tasks before building anything
+  pipeline.check_config(cfg, DOWNSTREAM)  # refuse unknown tasks before building anything
   with cfg.unlocked():
     cfg.world.seed = cfg.seed
     cfg.source.seed = cfg.seed

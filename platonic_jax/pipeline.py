@@ -36,7 +36,7 @@ from platonic_jax.core.analysis import calibration_factor, random_utd
 from platonic_jax.core.descriptor import Descriptor, Provenance
 from platonic_jax.core.grid import make_grid
 from platonic_jax.core.operator import Operator, apply_operators
-from platonic_jax.core.select import select_rank_ridge
+from platonic_jax.core.select import check_rule, select_rank_ridge
 from platonic_jax.eval import zeroshot
 
 METHODS = ("closed_form", "adapter", "oracle", "random_utd", "weight_space")
@@ -186,7 +186,8 @@ def solve_operators(models, tasks, emb, sources, names, cfg, log=print) -> dict:
       # one batched selection over every source of this (target, grid)
       sels = select_rank_ridge(e.probes, e.G, np.stack([np.asarray(d.only.U) for d in descs.values()]),
                                folds=cfg.folds, seed=cfg.seed,
-                               include_ceiling=bool(cfg.get("include_ceiling", False)))
+                               include_ceiling=bool(cfg.get("include_ceiling", False)),
+                               rule=cfg.get("selection_rule", "min"))
       for (s, desc), sel in zip(descs.items(), sels):
         op = Operator.solve(e.probes, e.G, desc, target_id=target_id, rank=sel.rank,
                             ridge=sel.ridge, source=s)
@@ -449,6 +450,14 @@ def task_names(cfg, downstream: Sequence[str]) -> list[str]:
   return names
 
 
+def check_config(cfg, downstream: Sequence[str]) -> list[str]:
+  """Refuses a main-job config before anything is built: unknown downstream tasks
+  (``task_names``) or an unknown ``selection_rule``. Returns the task names."""
+  names = task_names(cfg, downstream)
+  check_rule(cfg.get("selection_rule", "min"))
+  return names
+
+
 @dataclasses.dataclass
 class Prepared:
   """Stages 1-3 on a built world: the downstream ``names`` and ``controls``, ``tasks`` (both),
@@ -505,6 +514,9 @@ def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
   summary["negation_curve"] = curve
   summary["zero_shot"] = {m: {t: round(v, 4) for t, v in zs[m].items()} for m in models}
   summary["ceilings"] = {f"{m}/{t}": round(s.ceiling, 4) for (m, t), s in sources.items()}
+  summary["selection"] = {
+      "rule": cfg.get("selection_rule", "min"),
+      "operators": {"/".join(k): [op.rank, op.ridge] for k, op in sorted(ops.items())}}
   summary["runtime_s"] = round(time.time() - t0 + sum(
       i.get("seconds", 0.0) for i in getattr(world, "pretrain_info", {}).values()
       if not i.get("cached")), 1)

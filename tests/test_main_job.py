@@ -11,11 +11,12 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _main_job(cache, work):
+def _main_job(cache, work, *flags):
   env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
   out = subprocess.run(
       [sys.executable, "-m", "experiments.main", "--config=experiments/configs/main.py:micro",
-       f"--workdir={work}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+       f"--workdir={work}", *flags], cwd=ROOT, env=env, capture_output=True, text=True,
+      timeout=900)
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
   return out.stdout
 
@@ -86,6 +87,37 @@ def test_same_seed_gives_identical_results(run, cache, tmp_path):
   assert first == second
   assert open(os.path.join(work, "results.jsonl")).read() == open(
       os.path.join(tmp_path, "results.jsonl")).read()
+
+
+def test_one_standard_error_rule_picks_smaller_operators(run, cache, tmp_path):
+  """--config.selection_rule=1se (warm): every operator's (rank, ridge) is the default run's or
+  simpler (a smaller cap, or the same cap with a ridge at least as large), and some differ."""
+  work, _ = run
+  _main_job(cache, tmp_path, "--config.selection_rule=1se")
+  base = json.load(open(os.path.join(work, "summary.json")))["selection"]
+  ose = json.load(open(os.path.join(tmp_path, "summary.json")))["selection"]
+  assert base["rule"] == "min" and ose["rule"] == "1se"
+  assert set(base["operators"]) == set(ose["operators"]) and base["operators"]
+  for k, (r0, l0) in base["operators"].items():
+    r1, l1 = ose["operators"][k]
+    assert r1 < r0 or (r1 == r0 and l1 >= l0), (k, (r0, l0), (r1, l1))
+  assert any(ose["operators"][k] != v for k, v in base["operators"].items())
+
+
+@pytest.mark.parametrize("override,match", [
+    ("--config.selection_rule=best", "unknown selection rule 'best'"),
+    ("--config.tasks=('shape', 'colour')", "unknown downstream tasks"),
+])
+def test_main_job_refuses_bad_configs_before_building(tmp_path, override, match):
+  cache = tmp_path / "cache"
+  env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
+  out = subprocess.run(
+      [sys.executable, "-m", "experiments.main", "--config=experiments/configs/main.py:micro",
+       override, f"--workdir={tmp_path / 'w'}"], cwd=ROOT, env=env, capture_output=True,
+      text=True, timeout=300)
+  assert out.returncode != 0 and match in out.stderr, out.stderr[-2000:]
+  assert not os.path.exists(tmp_path / "w")
+  assert not os.path.exists(cache) or not os.listdir(cache)  # nothing pretrained or cached
 
 
 def test_adapter_holdout_runs_on_the_main_jobs_adapter_cells(run, cache):

@@ -34,6 +34,12 @@ Fields:
     never try the full rank of a 4-class task (only rank 2) and stop at 4 for 6-8 classes,
     while the class pair a task's fine-tune separates often lies along the smallest singular
     direction of the centred head.
+  selection_rule: how the selection picks (rank, ridge) from its held-out error table: "min"
+    (METHOD: the smallest mean error) or "1se" (the one-standard-error rule of cross-validation:
+    the smallest rank cap, then the largest ridge, within one standard error of the smallest;
+    ``platonic_jax.core.select.choose``). Not in METHOD, hence an option; "min" by default. On
+    the seed-0 world "1se" trades a little gain for less control cost (README "Selection rule,
+    measured").
   calibrate: re-express a source's descriptor in the target's cosine units before solving
     (``platonic_jax.core.analysis.calibration_factor``: ratio of the two models' affinity
     spreads on the grid; same-model cells are unchanged). Not in METHOD's definition, hence an
@@ -102,6 +108,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.source = ml_collections.ConfigDict(dict(rank=4, steps=800, lr=2e-2, batch=32, seed=0))
   c.folds = 5
   c.include_ceiling = True
+  c.selection_rule = "min"
   c.calibrate = True
   c.alpha = 0.5
   c.negation_lambda = 1.0

@@ -72,7 +72,7 @@ class Operator:
   def solve(cls, Z, G, descriptor: Descriptor, *, target_id: str, rank: int | None = None,
             ridge: float | None = None, ridges: Sequence[float] = _select.DEFAULT_RIDGES,
             folds: int = 5, seed: int = 0, source: str | None = None,
-            method: str = "eigh") -> "Operator":
+            rule: str = "min", method: str = "eigh") -> "Operator":
     """Solve a one-term descriptor against a target, selecting (rank, ridge) if not given.
 
     Args:
@@ -81,6 +81,7 @@ class Operator:
       descriptor: one-term `Descriptor` (`U (n, C)`).
       rank, ridge: fixed values; any left None is chosen by `select_rank_ridge` (a given rank
         or ridge restricts the selection grid to it).
+      rule: the selection's rule, "min" (METHOD) or "1se" (`select.choose`).
       method: factorisation, "eigh" (default) or "svd" (see `solve.solve_basis`).
     Returns:
       `Operator` with `W (d, d)`.
@@ -92,7 +93,7 @@ class Operator:
       selection = _select.select_rank_ridge(
           Z, G, U, ranks=None if rank is None else (rank,),
           ridges=tuple(ridges) if ridge is None else (ridge,), folds=folds, seed=seed,
-          method=method)
+          rule=rule, method=method)
       rank, ridge = selection.rank, selection.ridge
     W = _solve.solve_operator(Z, G, U, rank=rank, ridge=ridge, method=method)
     return cls(W=W, grid=term.grid, target_id=target_id, source=source or term.source_id,

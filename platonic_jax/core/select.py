@@ -7,7 +7,14 @@ probes measure the relative Frobenius error between the descriptor the edited ta
     R = (normalise(Zhat (I + W)) Ghat^T - Zhat Ghat^T) H_C,
 
 and the descriptor `U H_C` (`U` is centred already when it comes from `Descriptor`). The pair
-with the smallest mean error over folds is chosen. Nothing here reads a label.
+with the smallest mean error over folds is chosen (`rule="min"`, METHOD's rule). Nothing here
+reads a label.
+
+`rule="1se"` is the one-standard-error rule of cross-validation (Breiman et al., CART, 1984;
+Hastie, Tibshirani & Friedman, ESL 7.10): among the pairs whose mean error lies within one
+standard error of the smallest (the standard error of the best pair's K fold errors,
+`std(ddof=1) / sqrt(K)`), the smallest rank cap, then the largest ridge. Not METHOD's rule, hence
+an option: it trades a little reproduction for a smaller operator.
 
 Rank grid: the powers of two `{2, 4, 8, ...}` up to the ceiling `min(C-1, d)` (for `C = 2`,
 `{1}`); `include_ceiling=True` appends the ceiling itself when it is not a power of two. This
@@ -31,6 +38,7 @@ from platonic_jax.core import solve as _solve
 from platonic_jax.core.descriptor import center_rows, l2_normalize
 
 DEFAULT_RIDGES: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1)
+RULES: tuple[str, ...] = ("min", "1se")
 _HI = jax.lax.Precision.HIGHEST
 
 
@@ -57,7 +65,9 @@ class Selection:
     ridges: `L` ridges (columns).
     errors: `(R, L)` mean relative error over folds.
     fold_errors: `(K, R, L)` per-fold relative errors.
-    rank, ridge: the argmin of `errors` (ties go to the smaller rank, then smaller ridge).
+    rank, ridge: the chosen pair: under rule "min" the argmin of `errors` (ties go to the
+      smaller rank, then smaller ridge); under "1se" see `choose`.
+    rule: the rule that chose it (`RULES`).
   """
 
   ranks: tuple[int, ...]
@@ -66,6 +76,7 @@ class Selection:
   fold_errors: np.ndarray
   rank: int
   ridge: float
+  rule: str = "min"
 
   @property
   def error(self) -> float:
@@ -84,25 +95,59 @@ class Selection:
       cells = "  ".join(f"{e:9.4f}" for e in self.errors[i])
       mark = " *" if r == self.rank else ""
       rows.append(f"{r:>4}  {cells}  {self.errors[i].mean():9.4f}{mark}")
-    rows.append(f"selected rank={self.rank} ridge={self.ridge:g} error={self.error:.4f}")
+    rows.append(f"selected rank={self.rank} ridge={self.ridge:g} error={self.error:.4f}"
+                + ("" if self.rule == "min" else f" (rule {self.rule})"))
     return "\n".join(rows)
 
   def to_json_dict(self) -> dict[str, Any]:
     return {"ranks": list(self.ranks), "ridges": list(self.ridges),
             "errors": np.asarray(self.errors, np.float64).tolist(),
             "fold_errors": np.asarray(self.fold_errors, np.float64).tolist(),
-            "rank": self.rank, "ridge": self.ridge}
+            "rank": self.rank, "ridge": self.ridge, "rule": self.rule}
 
   @classmethod
   def from_json_dict(cls, d: dict[str, Any]) -> "Selection":
     return cls(ranks=tuple(int(r) for r in d["ranks"]), ridges=tuple(float(x) for x in d["ridges"]),
                errors=np.asarray(d["errors"], np.float64),
                fold_errors=np.asarray(d["fold_errors"], np.float64),
-               rank=int(d["rank"]), ridge=float(d["ridge"]))
+               rank=int(d["rank"]), ridge=float(d["ridge"]), rule=str(d.get("rule", "min")))
 
   def __repr__(self) -> str:
     return (f"Selection(rank={self.rank}, ridge={self.ridge:g}, error={self.error:.4f}, "
             f"table={len(self.ranks)}x{len(self.ridges)})")
+
+
+def check_rule(rule: str) -> str:
+  """`rule` if it is one of `RULES`; ValueError naming it otherwise."""
+  if rule not in RULES:
+    raise ValueError(f"unknown selection rule {rule!r}; use one of {RULES}")
+  return rule
+
+
+def choose(fold_errors, ranks: Sequence[int], ridges: Sequence[float],
+           rule: str = "min") -> tuple[int, int]:
+  """The chosen cell `(i, j)` of a `(K, R, L)` fold-error table whose rows are the rank caps
+  `ranks` and columns the ridges `ridges` (any order).
+
+  "min": the smallest mean over folds (ties: the first cell in row-major order).
+  "1se": with `(i*, j*)` that cell and `se` the standard error of its K fold errors
+  (`std(ddof=1) / sqrt(K)`), the smallest rank cap among the cells whose mean is at most
+  `mean[i*, j*] + se`, then the largest ridge among that rank's such cells.
+  """
+  check_rule(rule)
+  fe = np.asarray(fold_errors, np.float64)
+  if fe.ndim != 3 or fe.shape[0] < 2 or fe.shape[1:] != (len(ranks), len(ridges)):
+    raise ValueError(f"fold errors must be (K >= 2, R={len(ranks)}, L={len(ridges)}), got "
+                     f"shape {fe.shape}")
+  errors = fe.mean(axis=0)
+  i, j = np.unravel_index(int(np.argmin(errors)), errors.shape)
+  if rule == "min":
+    return int(i), int(j)
+  se = fe[:, i, j].std(ddof=1) / np.sqrt(fe.shape[0])
+  ok = errors <= errors[i, j] + se
+  i = min(np.flatnonzero(ok.any(axis=1)), key=lambda a: ranks[a])
+  j = max(np.flatnonzero(ok[i]), key=lambda b: ridges[b])
+  return int(i), int(j)
 
 
 def fold_indices(n: int, folds: int, seed: int = 0) -> list[np.ndarray]:
@@ -142,7 +187,7 @@ def _heldout_errors(basis: _solve.SolveBasis, U_fit, Z_out, U_out, Gh, ridges, m
 
 def select_rank_ridge(Z, G, U, *, ranks: Sequence[int] | None = None,
                       ridges: Sequence[float] = DEFAULT_RIDGES, folds: int = 5, seed: int = 0,
-                      include_ceiling: bool = False,
+                      include_ceiling: bool = False, rule: str = "min",
                       method: str = "eigh") -> Selection | list[Selection]:
   """Choose `(rank, ridge)` by K-fold held-out descriptor reconstruction. Reads no label.
 
@@ -156,11 +201,14 @@ def select_rank_ridge(Z, G, U, *, ranks: Sequence[int] | None = None,
     ridges: dimensionless ridges (default `{1e-4, 1e-3, 1e-2, 1e-1}`).
     folds: number of folds K; seed: fold permutation seed.
     include_ceiling: also try the ceiling `min(C-1, d)` when it is not a power of two.
+    rule: "min" (METHOD: the smallest mean error) or "1se" (the one-standard-error rule; see
+      `choose`).
     method: factorisation of each fold's Gram, "eigh" or "svd" (see `solve.solve_basis`).
   Returns:
     A `Selection` (or a list of `S` of them) holding the `(R, L)` mean error table, the
     `(K, R, L)` per-fold table and the chosen pair.
   """
+  check_rule(rule)
   batched = np.ndim(U) == 3
   Z, G, U = _solve._check_inputs(Z, G, U if batched else np.asarray(U)[None], same_dim=True,
                                  U_batched=True)
@@ -193,10 +241,9 @@ def select_rank_ridge(Z, G, U, *, ranks: Sequence[int] | None = None,
     raise ValueError("held-out errors are not finite (is some U identically zero on a fold?)")
   out = []
   for fe in fold_errors:
-    errors = fe.mean(axis=0)
-    i, j = np.unravel_index(int(np.argmin(errors)), errors.shape)
-    out.append(Selection(ranks=ranks, ridges=ridges, errors=errors, fold_errors=fe,
-                         rank=ranks[i], ridge=ridges[j]))
+    i, j = choose(fe, ranks, ridges, rule)
+    out.append(Selection(ranks=ranks, ridges=ridges, errors=fe.mean(axis=0), fold_errors=fe,
+                         rank=ranks[i], ridge=ridges[j], rule=rule))
   return out if batched else out[0]
 
 

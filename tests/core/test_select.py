@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from platonic_jax.core import Descriptor, Grid, Operator
-from platonic_jax.core.select import (DEFAULT_RIDGES, default_ranks, fold_indices,
-                                      reproduced_descriptor, select_rank_ridge)
+from platonic_jax.core.select import (DEFAULT_RIDGES, RULES, Selection, choose, default_ranks,
+                                      fold_indices, reproduced_descriptor, select_rank_ridge)
 from platonic_jax.core.solve import solve_operator
 
 
@@ -24,7 +24,7 @@ def _problem(n=60, d=24, C=10, seed=0):
 def test_signature_reads_no_labels():
   params = set(inspect.signature(select_rank_ridge).parameters)
   assert params == {"Z", "G", "U", "ranks", "ridges", "folds", "seed", "include_ceiling",
-                    "method"}
+                    "rule", "method"}
   assert not params & {"labels", "label", "y", "targets", "classes"}
 
 
@@ -135,3 +135,75 @@ def test_default_ranks_stop_at_the_numerical_rank_of_the_class_embeddings():
     select_rank_ridge(Z, G, U, ranks=(2, 8), folds=3)  # caps given explicitly must be usable
   with pytest.raises(ValueError, match="numerically zero"):
     select_rank_ridge(Z, np.tile(G[:1], (C, 1)), U, folds=3)
+
+
+def _fold_table():
+  """(K=4, R=3, L=3) fold errors: ranks (2, 4, 8) x ridges (1e-3, 1e-2, 1e-1). The best cell is
+  (8, 1e-3), mean 0.50, fold errors 0.50 +- 0.02 (standard error 0.02 / sqrt(3) ~ 0.0115)."""
+  spread = np.array([-0.02, 0.02, -0.02, 0.02])
+  means = np.array([[0.60, 0.58, 0.57],      # rank 2: all outside 0.50 + se
+                    [0.505, 0.509, 0.52],    # rank 4: 1e-3 and 1e-2 within, 1e-1 outside
+                    [0.50, 0.505, 0.53]])    # rank 8: the minimum
+  return means[None] + spread[:, None, None]
+
+
+def test_choose_min_and_one_standard_error_rule_on_a_hand_made_table():
+  fe = _fold_table()
+  ranks, ridges = (2, 4, 8), (1e-3, 1e-2, 1e-1)
+  assert RULES == ("min", "1se")
+  assert choose(fe, ranks, ridges, "min") == (2, 0)   # rank 8, ridge 1e-3
+  assert choose(fe, ranks, ridges, "1se") == (1, 1)   # rank 4, its largest ridge within (1e-2)
+  # Caps and ridges in another order: the rule reads their values, not their positions.
+  perm_r, perm_l = [2, 0, 1], [1, 2, 0]
+  fe_p = fe[:, perm_r][:, :, perm_l]
+  rp, lp = tuple(ranks[i] for i in perm_r), tuple(ridges[j] for j in perm_l)
+  i, j = choose(fe_p, rp, lp, "1se")
+  assert (rp[i], lp[j]) == (4, 1e-2)
+  i, j = choose(fe_p, rp, lp, "min")
+  assert (rp[i], lp[j]) == (8, 1e-3)
+  # A wider spread of the best cell's folds widens the band: rank 2's 0.57 enters at se > 0.07.
+  wide = fe.copy()
+  wide[:, 2, 0] = 0.50 + np.array([-0.2, 0.2, -0.2, 0.2])
+  assert choose(wide, ranks, ridges, "1se") == (0, 2)  # rank 2, ridge 1e-1
+
+
+def test_choose_refuses_bad_rules_and_tables():
+  fe = _fold_table()
+  with pytest.raises(ValueError, match="unknown selection rule 'best'"):
+    choose(fe, (2, 4, 8), (1e-3, 1e-2, 1e-1), "best")
+  with pytest.raises(ValueError, match="fold errors must be"):
+    choose(fe[:1], (2, 4, 8), (1e-3, 1e-2, 1e-1))        # one fold has no standard error
+  with pytest.raises(ValueError, match="fold errors must be"):
+    choose(fe, (2, 4), (1e-3, 1e-2, 1e-1))               # table and grid disagree
+  Z, G, U = _problem()
+  with pytest.raises(ValueError, match="unknown selection rule 'best'"):
+    select_rank_ridge(Z, G, U, rule="best")
+  grid = Grid("toy", tuple(range(Z.shape[0])), tuple(f"c{i}" for i in range(10)), ("{}",))
+  with pytest.raises(ValueError, match="unknown selection rule '1SE'"):
+    Operator.solve(Z, G, Descriptor.single(grid, U, "clip-l"), target_id="tgt", rule="1SE")
+
+
+def test_one_standard_error_selection_on_a_solved_problem():
+  Z, G, U = _problem(n=80, seed=4)
+  best = select_rank_ridge(Z, G, U)
+  sel = select_rank_ridge(Z, G, U, rule="1se")
+  np.testing.assert_array_equal(sel.fold_errors, best.fold_errors)  # the same table
+  assert sel.rule == "1se" and best.rule == "min"
+  assert (sel.rank, sel.ridge) != (best.rank, best.ridge)  # on this problem the rule moves
+  i, j = sel.ranks.index(best.rank), sel.ridges.index(best.ridge)
+  se = best.fold_errors[:, i, j].std(ddof=1) / np.sqrt(5)
+  assert best.error <= sel.error <= best.error + se
+  assert sel.rank <= best.rank
+  # No smaller cap has a cell within the band, and no larger ridge of the chosen cap does.
+  band = sel.errors <= best.error + se
+  for a, r in enumerate(sel.ranks):
+    if r < sel.rank:
+      assert not band[a].any()
+  a = sel.ranks.index(sel.rank)
+  assert not any(band[a, b] for b, x in enumerate(sel.ridges) if x > sel.ridge)
+  assert "(rule 1se)" in sel.format() and "rule" not in best.format()
+  back = Selection.from_json_dict(sel.to_json_dict())
+  assert (back.rank, back.ridge, back.rule) == (sel.rank, sel.ridge, "1se")
+  old = sel.to_json_dict()
+  del old["rule"]  # selections written before the rule existed were chosen by "min"
+  assert Selection.from_json_dict(old).rule == "min"

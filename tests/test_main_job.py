@@ -89,19 +89,70 @@ def test_same_seed_gives_identical_results(run, cache, tmp_path):
       os.path.join(tmp_path, "results.jsonl")).read()
 
 
-def test_one_standard_error_rule_picks_smaller_operators(run, cache, tmp_path):
-  """--config.selection_rule=1se (warm): every operator's (rank, ridge) is the default run's or
-  simpler (a smaller cap, or the same cap with a ridge at least as large), and some differ."""
-  work, _ = run
-  _main_job(cache, tmp_path, "--config.selection_rule=1se")
-  base = json.load(open(os.path.join(work, "summary.json")))["selection"]
-  ose = json.load(open(os.path.join(tmp_path, "summary.json")))["selection"]
+@pytest.fixture(scope="module")
+def run_1se(tmp_path_factory, run, cache):
+  """The micro main job with --config.selection_rule=1se (warm: ``run`` pretrained)."""
+  work = tmp_path_factory.mktemp("work_1se")
+  return work, _main_job(cache, work, "--config.selection_rule=1se")
+
+
+def test_one_standard_error_rule_picks_smaller_operators(run, run_1se):
+  """Every operator's (rank, ridge) under 1se is the default run's or simpler (a smaller cap,
+  or the same cap with a ridge at least as large), and some differ."""
+  base = json.load(open(os.path.join(run[0], "summary.json")))["selection"]
+  ose = json.load(open(os.path.join(run_1se[0], "summary.json")))["selection"]
   assert base["rule"] == "min" and ose["rule"] == "1se"
   assert set(base["operators"]) == set(ose["operators"]) and base["operators"]
   for k, (r0, l0) in base["operators"].items():
     r1, l1 = ose["operators"][k]
     assert r1 < r0 or (r1 == r0 and l1 >= l0), (k, (r0, l0), (r1, l1))
   assert any(ose["operators"][k] != v for k, v in base["operators"].items())
+
+
+def test_strength_frontier_reproduces_the_main_jobs_rows(run, run_1se, cache, tmp_path):
+  """experiments.strength_frontier (warm): at multiplier 1 the "min" pick gives the main job's
+  closed-form (cross model) and oracle (same model) rows, and "1se" those of the 1se run."""
+  env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
+  out = subprocess.run(
+      [sys.executable, "-m", "experiments.strength_frontier",
+       "--config=experiments/configs/main.py:micro", "--multipliers=1,2", "--picks=min,1se,cap2",
+       f"--workdir={tmp_path}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  assert "loaded from cache" in out.stdout and "pretrained in" not in out.stdout
+  fr = json.load(open(os.path.join(tmp_path, "frontier.json")))
+  assert set(fr["picks"]) == {"min", "1se", "cap2"}
+  assert all(set(v) == {"1", "2"} for v in fr["picks"].values())
+  for pick, work in (("min", run[0]), ("1se", run_1se[0])):
+    s = json.load(open(os.path.join(work, "summary.json")))
+    for kind, role in (("addition", "composed"), ("negation", "removed")):
+      got = fr["picks"][pick]["1"][kind]
+      for setting, method in (("cross_model", "closed_form"), ("same_model", "oracle")):
+        want = s[kind]["cross_model"][method]
+        assert got[setting][role] == pytest.approx(want[role], abs=1e-3), (pick, kind, setting)
+        assert got[setting]["controls"] == pytest.approx(want["controls"], abs=1e-3)
+  # twice the strength moves the controls further than once, for every pick
+  for pick, by_m in fr["picks"].items():
+    for kind in ("addition", "negation"):
+      assert by_m["2"][kind]["cross_model"]["controls"] < by_m["1"][kind]["cross_model"]["controls"]
+
+
+@pytest.mark.parametrize("override,match", [
+    ("--multipliers=1,0", "strength multiplier '0' must be finite and > 0"),
+    ("--multipliers=1,x", "strength multiplier 'x' is not a number"),
+    ("--multipliers=", "no strength multipliers given"),
+    ("--picks=min,best", "unknown picks ['best']"),
+    ("--config.selection_rule=best", "unknown selection rule 'best'"),
+])
+def test_strength_frontier_refuses_bad_arguments_before_building(tmp_path, override, match):
+  cache = tmp_path / "cache"
+  env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
+  out = subprocess.run(
+      [sys.executable, "-m", "experiments.strength_frontier",
+       "--config=experiments/configs/main.py:micro", override, f"--workdir={tmp_path / 'w'}"],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+  assert out.returncode != 0 and match in out.stderr, out.stderr[-2000:]
+  assert not os.path.exists(tmp_path / "w")
+  assert not os.path.exists(cache) or not os.listdir(cache)
 
 
 @pytest.mark.parametrize("override,match", [

@@ -207,3 +207,20 @@ def test_one_standard_error_selection_on_a_solved_problem():
   old = sel.to_json_dict()
   del old["rule"]  # selections written before the rule existed were chosen by "min"
   assert Selection.from_json_dict(old).rule == "min"
+
+
+def test_frontier_picks_on_a_hand_made_table():
+  from platonic_jax.eval.frontier import check_multipliers, pick_cell
+  fe = _fold_table()
+  sel = Selection(ranks=(2, 4, 8), ridges=(1e-3, 1e-2, 1e-1), errors=fe.mean(axis=0),
+                  fold_errors=fe, rank=8, ridge=1e-3)
+  assert pick_cell(sel, "min") == (8, 1e-3)
+  assert pick_cell(sel, "1se") == (4, 1e-2)
+  assert pick_cell(sel, "cap2") == (2, 1e-1)  # the smallest cap's best ridge (0.57)
+  with pytest.raises(ValueError, match="unknown pick 'max'"):
+    pick_cell(sel, "max")
+  assert check_multipliers(["0.5", 1, 2.0]) == (0.5, 1.0, 2.0)
+  for bad, match in ((["0"], "must be finite and > 0"), ([float("nan")], "must be finite"),
+                     (["a"], "not a number"), ([], "no strength multipliers")):
+    with pytest.raises(ValueError, match=match):
+      check_multipliers(bad)

@@ -1,0 +1,89 @@
+"""The closed form's task change against the controls' cost, across operator sizes and strengths.
+
+    python -m experiments.strength_frontier --workdir=workdir/frontier
+    python -m experiments.strength_frontier --config.seed=1 --workdir=workdir/frontier_s1
+    python -m experiments.strength_frontier --config=experiments/configs/main.py:micro \
+        --multipliers=1,2 --workdir=/tmp/frontier
+
+Runs the main job's stages up to the operators (pretrained families from the cache, the same
+source fine-tunes, the same label-free selection), then re-picks every operator from its own
+held-out error table by each of ``platonic_jax.eval.frontier.PICKS`` ("min": the main job's;
+"1se": the one-standard-error rule; "cap2": the smallest rank cap) and evaluates every addition
+and negation cell at the main job's strengths times each of ``--multipliers``. At multiplier 1,
+"min" reproduces the main job's closed-form (cross model) and oracle (same model) rows. A map of
+the trade, not a way to choose a strength: choosing one on these rows would choose it by the
+evaluation.
+
+Writes WORKDIR/frontier.json ({pick: {multiplier: rows}}) and prints the table.
+"""
+
+import json
+import os
+import time
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+_DEFAULT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "main.py")
+_CONFIG = config_flags.DEFINE_config_file("config", _DEFAULT, "main job config", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", "workdir/frontier", "where frontier.json is written")
+_MULTIPLIERS = flags.DEFINE_list("multipliers", ["0.5", "0.75", "1", "1.25", "1.5", "2"],
+                                 "multiples of the main job's alpha and lambda to evaluate")
+_PICKS = flags.DEFINE_list("picks", ["min", "1se", "cap2"], "operator picks to evaluate")
+
+
+def main(argv):
+  del argv
+  import jax
+
+  from platonic_jax import pipeline
+  from platonic_jax.data.toyworld import DOWNSTREAM, build_world
+  from platonic_jax.data.toyworld.world import cache_root
+  from platonic_jax.eval import frontier
+
+  logging.set_verbosity(logging.WARNING)
+  t0 = time.time()
+
+  def log(s):
+    print(f"[{time.time() - t0:7.1f}s] {s}", flush=True)
+  cfg = _CONFIG.value
+  if cfg.get("experiment", "main") != "main":
+    raise ValueError("strength_frontier takes the main job's config (experiments/configs/main.py)")
+  # refuse bad arguments before building anything
+  multipliers = frontier.check_multipliers(_MULTIPLIERS.value)
+  picks = list(_PICKS.value)
+  unknown = [p for p in picks if p not in frontier.PICKS]
+  if unknown or not picks:
+    raise ValueError(f"unknown picks {unknown or picks}; use some of {frontier.PICKS}")
+  pipeline.check_config(cfg, DOWNSTREAM)
+  if cfg.compilation_cache:
+    jax.config.update("jax_compilation_cache_dir", os.path.join(cache_root(cfg.world), "xla"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+  with cfg.unlocked():
+    cfg.world.seed = cfg.seed
+    cfg.source.seed = cfg.seed
+  world = build_world(cfg.world, log=lambda s: log("  " + s), families=tuple(cfg.families) or None)
+  p = pipeline.prepare(world, cfg, log)  # the main job's stages 1-3
+  models = list(world.models)
+  calibrate = bool(cfg.get("calibrate", False))
+
+  def descriptor(tg, t, s):
+    return pipeline.source_descriptor(p.sources, p.emb, s, t, tg, calibrate)
+  result = {}
+  for pick in picks:
+    ops = frontier.repick(p.ops, p.emb, descriptor, pick)
+    result[pick] = frontier.frontier(models, p.tasks, p.emb, ops, p.names, p.controls, p.zs,
+                                     float(cfg.alpha), float(cfg.negation_lambda), multipliers)
+    log(f"  evaluated pick {pick}")
+  os.makedirs(_WORKDIR.value, exist_ok=True)
+  path = os.path.join(_WORKDIR.value, "frontier.json")
+  with open(path + ".tmp", "w") as f:
+    json.dump({"alpha": float(cfg.alpha), "lambda": float(cfg.negation_lambda),
+               "picks": result}, f, indent=2, sort_keys=True)
+  os.replace(path + ".tmp", path)
+  print(frontier.format_table(result))
+  print(f"wrote {path} ({time.time() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+  app.run(main)

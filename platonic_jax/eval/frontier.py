@@ -1,0 +1,146 @@
+"""What the closed form's gain costs the controls, across operator sizes and strengths.
+
+The main job evaluates each operator at one strength (addition alpha, negation lambda) with
+(rank, ridge) chosen by METHOD's rule. Here the same operators are re-chosen from the same
+held-out error tables by other label-free picks (``PICKS``), and every pick is evaluated at the
+main job's strengths times a list of multipliers: the curve of task change against control change
+a smaller or weaker operator trades along. Reads labels only to evaluate, as the main job does.
+
+  "min": the main job's operators (``select.choose(..., "min")``).
+  "1se": the one-standard-error rule (``select.choose(..., "1se")``).
+  "cap2": the smallest rank cap of each operator's grid with that cap's best ridge.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from platonic_jax.core.operator import Operator, apply_operators
+from platonic_jax.core.select import choose
+from platonic_jax.eval import zeroshot
+
+PICKS = ("min", "1se", "cap2")
+
+
+def check_multipliers(multipliers: Sequence[float]) -> tuple[float, ...]:
+  """The multipliers as floats; ValueError for an empty list or one that is not finite and > 0."""
+  out = []
+  for m in multipliers:
+    try:
+      x = float(m)
+    except (TypeError, ValueError):
+      raise ValueError(f"strength multiplier {m!r} is not a number") from None
+    if not np.isfinite(x) or x <= 0:
+      raise ValueError(f"strength multiplier {m!r} must be finite and > 0")
+    out.append(x)
+  if not out:
+    raise ValueError("no strength multipliers given")
+  return tuple(out)
+
+
+def pick_cell(selection, pick: str) -> tuple[int, float]:
+  """(rank, ridge) of ``pick`` on a ``Selection``'s fold-error table."""
+  if pick in ("min", "1se"):
+    i, j = choose(selection.fold_errors, selection.ranks, selection.ridges, pick)
+  elif pick == "cap2":
+    i = int(np.argmin(selection.ranks))
+    j = int(np.argmin(selection.errors[i]))
+  else:
+    raise ValueError(f"unknown pick {pick!r}; use one of {PICKS}")
+  return int(selection.ranks[i]), float(selection.ridges[j])
+
+
+def repick(ops: Mapping[tuple, Operator], emb, descriptor: Callable, pick: str) -> dict:
+  """{(target, task, source): Operator} re-solved at ``pick``'s (rank, ridge) from each
+  operator's own selection table (operators that ``pick`` leaves where they are are reused).
+
+  Args:
+    ops: the main job's operators (``pipeline.prepare``; random-UTD sources are skipped).
+    emb: {model: {task: TaskEmbeddings}} (the probes and class embeddings solved against).
+    descriptor: ``(target, task, source) -> Descriptor``, the one each operator solved.
+  """
+  out = {}
+  for (tg, t, s), op in ops.items():
+    if s.startswith("random~"):
+      continue
+    if op.selection is None:
+      raise ValueError(f"operator {(tg, t, s)} has no selection table to re-pick from")
+    rank, ridge = pick_cell(op.selection, pick)
+    if (rank, ridge) == (op.rank, op.ridge):
+      out[(tg, t, s)] = op
+      continue
+    e = emb[tg][t]
+    new = Operator.solve(e.probes, e.G, descriptor(tg, t, s), target_id=op.target_id, rank=rank,
+                         ridge=ridge, source=op.source)
+    out[(tg, t, s)] = dataclasses.replace(new, selection=op.selection)
+  return out
+
+
+def _accs(emb_t, tasks, eval_tasks, terms) -> dict:
+  edited = {}  # tasks labelling the same test pool share one edited copy of its embeddings
+  for x in eval_tasks:
+    Z = emb_t[x].test
+    if id(Z) not in edited:
+      edited[id(Z)] = np.asarray(apply_operators(Z, terms))
+  return {x: zeroshot.accuracy(edited[id(emb_t[x].test)], tasks[x].test[1], emb_t[x].G)
+          for x in eval_tasks}
+
+
+def frontier(models: Sequence[str], tasks, emb, ops, names: Sequence[str],
+             controls: Sequence[str], zs, alpha: float, lam: float,
+             multipliers: Sequence[float]) -> dict:
+  """Mean changes from zero-shot (points) of the addition cells (every target, task pair and
+  source, both terms at ``m * alpha``) and the negation cells (every target, task and source, at
+  ``-m * lam``) for each multiplier ``m``:
+
+    {str(m): {"addition": {"same_model"|"cross_model": {"composed", "controls"}},
+              "negation": {"same_model"|"cross_model": {"removed", "controls"}}}}
+
+  At ``m = 1`` with the main job's operators these are its closed-form rows (cross model) and
+  its oracle rows (same model).
+  """
+  out = {}
+  for m in check_multipliers(multipliers):
+    rows = {}
+    for tg in models:
+      e = emb[tg]
+      for s in models:
+        setting = "same_model" if s == tg else "cross_model"
+        for a, b in itertools.combinations(names, 2):
+          acc = _accs(e, tasks, (a, b) + tuple(controls),
+                      [(ops[(tg, a, s)], m * alpha), (ops[(tg, b, s)], m * alpha)])
+          rows.setdefault(("addition", setting), []).append(
+              (np.mean([acc[x] - zs[tg][x] for x in (a, b)]),
+               np.mean([acc[c] - zs[tg][c] for c in controls])))
+        for t in names:
+          acc = _accs(e, tasks, (t,) + tuple(controls), [(ops[(tg, t, s)], -m * lam)])
+          rows.setdefault(("negation", setting), []).append(
+              (acc[t] - zs[tg][t], np.mean([acc[c] - zs[tg][c] for c in controls])))
+    block = {}
+    for (kind, setting), v in sorted(rows.items()):
+      task_mean, ctrl_mean = np.mean(np.asarray(v, np.float64), axis=0)
+      role = "composed" if kind == "addition" else "removed"
+      block.setdefault(kind, {})[setting] = {role: round(float(task_mean), 4),
+                                             "controls": round(float(ctrl_mean), 4)}
+    out[f"{m:g}"] = block
+  return out
+
+
+def format_table(result: Mapping[str, Mapping[str, dict]]) -> str:
+  """One line per (pick, multiplier): addition and negation, task / controls, same and cross."""
+  head = (f"{'pick':>5} {'x':>5}  {'add, same':>15}  {'add, cross':>15}  {'neg, same':>15}  "
+          f"{'neg, cross':>15}")
+  lines = [head]
+  for pick, by_m in result.items():
+    for m, b in by_m.items():
+      cells = []
+      for kind, role in (("addition", "composed"), ("negation", "removed")):
+        for setting in ("same_model", "cross_model"):
+          v = b[kind][setting]
+          cells.append(f"{v[role]:+6.1f} / {v['controls']:+5.1f}")
+      lines.append(f"{pick:>5} {m:>5}  " + "  ".join(f"{c:>15}" for c in cells))
+  return "\n".join(lines)

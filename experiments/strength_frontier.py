@@ -7,14 +7,16 @@
 
 Runs the main job's stages up to the operators (pretrained families from the cache, the same
 source fine-tunes, the same label-free selection), then re-picks every operator from its own
-held-out error table by each of ``platonic_jax.eval.frontier.PICKS`` ("min": the main job's;
+held-out error table by each of ``platonic_jax.eval.frontier.PICKS`` ("min": METHOD's rule;
 "1se": the one-standard-error rule; "cap2": the smallest rank cap) and evaluates every addition
 and negation cell at the main job's strengths times each of ``--multipliers``. At multiplier 1,
-"min" reproduces the main job's closed-form (cross model) and oracle (same model) rows. A map of
+"min" reproduces the default main job's closed-form (cross model) and oracle (same model) rows
+(and "1se" those of ``--config.selection_rule=1se``). A map of
 the trade, not a way to choose a strength: choosing one on these rows would choose it by the
 evaluation.
 
-Writes WORKDIR/frontier.json ({pick: {multiplier: rows}}) and prints the table.
+Writes WORKDIR/frontier.json (``{"alpha", "lambda", "picks": {pick: {multiplier: rows}}}``, rows
+as ``frontier.frontier`` returns them) and prints the table.
 """
 
 import json
@@ -52,9 +54,13 @@ def main(argv):
   # refuse bad arguments before building anything
   multipliers = frontier.check_multipliers(_MULTIPLIERS.value)
   picks = list(_PICKS.value)
+  if not picks:
+    raise ValueError(f"no picks given; use some of {frontier.PICKS}")
   unknown = [p for p in picks if p not in frontier.PICKS]
-  if unknown or not picks:
-    raise ValueError(f"unknown picks {unknown or picks}; use some of {frontier.PICKS}")
+  if unknown:
+    raise ValueError(f"unknown picks {unknown}; use some of {frontier.PICKS}")
+  if len(set(picks)) != len(picks):
+    raise ValueError(f"repeated picks in {picks}")
   pipeline.check_config(cfg, DOWNSTREAM)
   if cfg.compilation_cache:
     jax.config.update("jax_compilation_cache_dir", os.path.join(cache_root(cfg.world), "xla"))

@@ -475,7 +475,7 @@ class Prepared:
 def prepare(world, cfg, log: Callable[[str], None] = print) -> Prepared:
   """Stages 1-3 (embeddings, source fine-tunes, operators) of the main job on a built world."""
   models = world.models
-  names, controls = task_names(cfg, world.downstream), list(world.controls)
+  names, controls = check_config(cfg, world.downstream), list(world.controls)
   tasks = {t: world.tasks[t] for t in names + controls}
   log(f"[1/5] embedding {len(tasks)} tasks under {len(models)} models")
   emb = embed_all(models, tasks)
@@ -493,6 +493,7 @@ def prepare(world, cfg, log: Callable[[str], None] = print) -> Prepared:
 def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
   """Runs every stage on a built world; writes results.jsonl, summary.json, negation.png."""
   t0 = time.time()
+  check_config(cfg, world.downstream)  # before the workdir exists
   os.makedirs(workdir, exist_ok=True)
   models = world.models
   p = prepare(world, cfg, log)

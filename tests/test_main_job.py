@@ -140,7 +140,10 @@ def test_strength_frontier_reproduces_the_main_jobs_rows(run, run_1se, cache, tm
     ("--multipliers=1,0", "strength multiplier '0' must be finite and > 0"),
     ("--multipliers=1,x", "strength multiplier 'x' is not a number"),
     ("--multipliers=", "no strength multipliers given"),
+    ("--multipliers=1,1.0", "strength multiplier '1.0' is repeated"),
     ("--picks=min,best", "unknown picks ['best']"),
+    ("--picks=", "no picks given"),
+    ("--picks=min,min", "repeated picks"),
     ("--config.selection_rule=best", "unknown selection rule 'best'"),
 ])
 def test_strength_frontier_refuses_bad_arguments_before_building(tmp_path, override, match):

@@ -86,6 +86,7 @@ class Operator:
     Returns:
       `Operator` with `W (d, d)`.
     """
+    _select.check_rule(rule)
     term = descriptor.only
     U = term.U
     selection = None

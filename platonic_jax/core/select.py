@@ -66,7 +66,8 @@ class Selection:
     errors: `(R, L)` mean relative error over folds.
     fold_errors: `(K, R, L)` per-fold relative errors.
     rank, ridge: the chosen pair: under rule "min" the argmin of `errors` (ties go to the
-      smaller rank, then smaller ridge); under "1se" see `choose`.
+      first cell in the table's order: on ascending grids the smaller rank, then the smaller
+      ridge); under "1se" see `choose`.
     rule: the rule that chose it (`RULES`).
   """
 

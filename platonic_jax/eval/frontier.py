@@ -6,14 +6,14 @@ held-out error tables by other label-free picks (``PICKS``), and every pick is e
 main job's strengths times a list of multipliers: the curve of task change against control change
 a smaller or weaker operator trades along. Reads labels only to evaluate, as the main job does.
 
-  "min": the main job's operators (``select.choose(..., "min")``).
+  "min": METHOD's rule (``select.choose(..., "min")``), the main job's operators under its
+    default ``selection_rule``.
   "1se": the one-standard-error rule (``select.choose(..., "1se")``).
   "cap2": the smallest rank cap of each operator's grid with that cap's best ridge.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from typing import Callable, Mapping, Sequence
 
@@ -27,7 +27,8 @@ PICKS = ("min", "1se", "cap2")
 
 
 def check_multipliers(multipliers: Sequence[float]) -> tuple[float, ...]:
-  """The multipliers as floats; ValueError for an empty list or one that is not finite and > 0."""
+  """The multipliers as floats; ValueError for an empty list, a repeated value, or one that is
+  not finite and > 0."""
   out = []
   for m in multipliers:
     try:
@@ -36,6 +37,8 @@ def check_multipliers(multipliers: Sequence[float]) -> tuple[float, ...]:
       raise ValueError(f"strength multiplier {m!r} is not a number") from None
     if not np.isfinite(x) or x <= 0:
       raise ValueError(f"strength multiplier {m!r} must be finite and > 0")
+    if x in out:
+      raise ValueError(f"strength multiplier {m!r} is repeated")
     out.append(x)
   if not out:
     raise ValueError("no strength multipliers given")
@@ -56,7 +59,8 @@ def pick_cell(selection, pick: str) -> tuple[int, float]:
 
 def repick(ops: Mapping[tuple, Operator], emb, descriptor: Callable, pick: str) -> dict:
   """{(target, task, source): Operator} re-solved at ``pick``'s (rank, ridge) from each
-  operator's own selection table (operators that ``pick`` leaves where they are are reused).
+  operator's own selection table. Operators that ``pick`` leaves where they are are reused;
+  re-solved ones carry no ``selection`` (the table's chosen pair would not be theirs).
 
   Args:
     ops: the main job's operators (``pipeline.prepare``; random-UTD sources are skipped).
@@ -74,9 +78,8 @@ def repick(ops: Mapping[tuple, Operator], emb, descriptor: Callable, pick: str) 
       out[(tg, t, s)] = op
       continue
     e = emb[tg][t]
-    new = Operator.solve(e.probes, e.G, descriptor(tg, t, s), target_id=op.target_id, rank=rank,
-                         ridge=ridge, source=op.source)
-    out[(tg, t, s)] = dataclasses.replace(new, selection=op.selection)
+    out[(tg, t, s)] = Operator.solve(e.probes, e.G, descriptor(tg, t, s), target_id=op.target_id,
+                                     rank=rank, ridge=ridge, source=op.source)
   return out
 
 

@@ -139,10 +139,11 @@ def test_default_ranks_stop_at_the_numerical_rank_of_the_class_embeddings():
 
 def _fold_table():
   """(K=4, R=3, L=3) fold errors: ranks (2, 4, 8) x ridges (1e-3, 1e-2, 1e-1). The best cell is
-  (8, 1e-3), mean 0.50, fold errors 0.50 +- 0.02 (standard error 0.02 / sqrt(3) ~ 0.0115)."""
+  (8, 1e-3), mean 0.50, fold errors 0.50 +- 0.02: standard error std(ddof=1) / sqrt(4) =
+  0.0115, so the band ends at 0.5115 (with ddof=0 it would end at 0.510 and leave (4, 1e-2) out)."""
   spread = np.array([-0.02, 0.02, -0.02, 0.02])
   means = np.array([[0.60, 0.58, 0.57],      # rank 2: all outside 0.50 + se
-                    [0.505, 0.509, 0.52],    # rank 4: 1e-3 and 1e-2 within, 1e-1 outside
+                    [0.505, 0.5105, 0.52],   # rank 4: 1e-3 and 1e-2 within, 1e-1 outside
                     [0.50, 0.505, 0.53]])    # rank 8: the minimum
   return means[None] + spread[:, None, None]
 
@@ -181,6 +182,9 @@ def test_choose_refuses_bad_rules_and_tables():
   grid = Grid("toy", tuple(range(Z.shape[0])), tuple(f"c{i}" for i in range(10)), ("{}",))
   with pytest.raises(ValueError, match="unknown selection rule '1SE'"):
     Operator.solve(Z, G, Descriptor.single(grid, U, "clip-l"), target_id="tgt", rule="1SE")
+  with pytest.raises(ValueError, match="unknown selection rule '1SE'"):  # even with nothing to select
+    Operator.solve(Z, G, Descriptor.single(grid, U, "clip-l"), target_id="tgt", rank=2,
+                   ridge=1e-2, rule="1SE")
 
 
 def test_one_standard_error_selection_on_a_solved_problem():
@@ -221,6 +225,7 @@ def test_frontier_picks_on_a_hand_made_table():
     pick_cell(sel, "max")
   assert check_multipliers(["0.5", 1, 2.0]) == (0.5, 1.0, 2.0)
   for bad, match in ((["0"], "must be finite and > 0"), ([float("nan")], "must be finite"),
+                     (["1", "1.0"], "'1.0' is repeated"),
                      (["a"], "not a number"), ([], "no strength multipliers")):
     with pytest.raises(ValueError, match=match):
       check_multipliers(bad)

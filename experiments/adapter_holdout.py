@@ -46,19 +46,16 @@ def main(argv):
   del argv
   import numpy as np
 
+  from experiments import launch
   from platonic_jax import pipeline
   from platonic_jax.core import adapter
-  from platonic_jax.data.toyworld import build_world
 
   logging.set_verbosity(logging.WARNING)
   recipes = parse_recipes(_RECIPES.value)
   cfg = _CONFIG.value
-  with cfg.unlocked():
-    cfg.world.seed = cfg.seed
-    cfg.source.seed = cfg.seed
-  world = build_world(cfg.world, families=tuple(cfg.families) or None)
+  names = launch.configure(cfg)
+  world = launch.build_world(cfg)
   models = world.models
-  names = list(cfg.tasks) or list(world.downstream)
   chosen = pipeline.choose_adapter_cells(list(models), names, cfg.adapter.cells, cfg.seed)
   cells = [(tg, c[0], c[1][0], sign) for sign, key in ((1.0, "addition"), (-1.0, "negation"))
            for tg, c in chosen[key]]

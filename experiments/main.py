@@ -14,7 +14,6 @@ WORKDIR/negation.png, and prints the paper's Table 1 and Table 2 layouts.
 
 import os
 import sys
-import time
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -30,32 +29,21 @@ _KEEP_MEMORY = flags.DEFINE_bool(
 
 def main(argv):
   del argv
+  from experiments import launch
   from platonic_jax import pipeline
-  import jax
-  from platonic_jax.data.toyworld import DOWNSTREAM, build_world
-  from platonic_jax.data.toyworld.world import cache_root, is_cached
+  from platonic_jax.data.toyworld.world import is_cached
   from platonic_jax.parallel.mesh import initialize_distributed
 
   initialize_distributed()
   logging.set_verbosity(logging.WARNING)  # keep Orbax's per-checkpoint info lines out
-  t0 = time.time()
-
-  def log(s):
-    print(f"[{time.time() - t0:7.1f}s] {s}", flush=True)
+  log = launch.timed_log()
   config = _CONFIG.value
   if config.get("experiment", "main") != "main":
     from experiments import tables
     tables.main(config, _WORKDIR.value if flags.FLAGS["workdir"].present else None, log)
     return
-  if config.compilation_cache:
-    # Compiled XLA programs persist next to the pretrained weights, so a warm rerun skips them.
-    jax.config.update("jax_compilation_cache_dir",
-                      os.path.join(cache_root(config.world), "xla"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-  pipeline.check_config(config, DOWNSTREAM)  # refuse a bad config before building anything
-  with config.unlocked():
-    config.world.seed = config.seed
-    config.source.seed = config.seed
+  launch.configure(config)  # refuse a bad config before building anything; seed it
+  launch.use_compilation_cache(config)
   subset = tuple(config.families) or None
   if _KEEP_MEMORY.value and all(is_cached(config.world, f)
                                 for f in subset or tuple(config.world.families)):
@@ -64,7 +52,7 @@ def main(argv):
     from experiments import malloc_env
     malloc_env.reexec_with_tunables("experiments.main", sys.argv[1:])
   log(f"[0/5] toy world '{config.world.variant}' seed {config.seed}: pretraining or cache")
-  world = build_world(config.world, log=lambda s: log("  " + s), families=subset)
+  world = launch.build_world(config, log)
   pipeline.run(world, config, _WORKDIR.value, log=log)
   print(f"wrote {_WORKDIR.value}/results.jsonl, summary.json, negation.png")
 

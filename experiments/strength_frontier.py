@@ -36,39 +36,20 @@ _PICKS = flags.DEFINE_list("picks", ["min", "1se", "cap2"], "operator picks to e
 
 def main(argv):
   del argv
-  import jax
-
+  from experiments import launch
   from platonic_jax import pipeline
-  from platonic_jax.data.toyworld import DOWNSTREAM, build_world
-  from platonic_jax.data.toyworld.world import cache_root
   from platonic_jax.eval import frontier
 
   logging.set_verbosity(logging.WARNING)
   t0 = time.time()
-
-  def log(s):
-    print(f"[{time.time() - t0:7.1f}s] {s}", flush=True)
+  log = launch.timed_log()
   cfg = _CONFIG.value
-  if cfg.get("experiment", "main") != "main":
-    raise ValueError("strength_frontier takes the main job's config (experiments/configs/main.py)")
   # refuse bad arguments before building anything
   multipliers = frontier.check_multipliers(_MULTIPLIERS.value)
-  picks = list(_PICKS.value)
-  if not picks:
-    raise ValueError(f"no picks given; use some of {frontier.PICKS}")
-  unknown = [p for p in picks if p not in frontier.PICKS]
-  if unknown:
-    raise ValueError(f"unknown picks {unknown}; use some of {frontier.PICKS}")
-  if len(set(picks)) != len(picks):
-    raise ValueError(f"repeated picks in {picks}")
-  pipeline.check_config(cfg, DOWNSTREAM)
-  if cfg.compilation_cache:
-    jax.config.update("jax_compilation_cache_dir", os.path.join(cache_root(cfg.world), "xla"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-  with cfg.unlocked():
-    cfg.world.seed = cfg.seed
-    cfg.source.seed = cfg.seed
-  world = build_world(cfg.world, log=lambda s: log("  " + s), families=tuple(cfg.families) or None)
+  picks = frontier.check_picks(_PICKS.value)
+  launch.configure(cfg, "strength_frontier")
+  launch.use_compilation_cache(cfg)
+  world = launch.build_world(cfg, log)
   p = pipeline.prepare(world, cfg, log)  # the main job's stages 1-3
   models = list(world.models)
   calibrate = bool(cfg.get("calibrate", False))

@@ -38,32 +38,20 @@ _WORKDIR = flags.DEFINE_string("workdir", "workdir/anatomy", "where anatomy.json
 
 def main(argv):
   del argv
-  import jax
-
+  from experiments import launch
   from platonic_jax import pipeline
-  from platonic_jax.data.toyworld import DOWNSTREAM, build_world
-  from platonic_jax.data.toyworld.world import cache_root
   from platonic_jax.eval.anatomy import descriptor_agreement, format_tables, shift_parts
 
   logging.set_verbosity(logging.WARNING)
   t0 = time.time()
-
-  def log(s):
-    print(f"[{time.time() - t0:7.1f}s] {s}", flush=True)
+  log = launch.timed_log()
   cfg = _CONFIG.value
-  if cfg.get("experiment", "main") != "main":
-    raise ValueError("transfer_anatomy takes the main job's config (experiments/configs/main.py)")
-  if cfg.compilation_cache:
-    jax.config.update("jax_compilation_cache_dir", os.path.join(cache_root(cfg.world), "xla"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+  launch.configure(cfg, "transfer_anatomy")  # refuse a bad config before building anything
   families = tuple(cfg.families) or tuple(cfg.world.families)
   if len(families) < 2:
     raise ValueError(f"transfer_anatomy needs at least two families, got {list(families)}")
-  pipeline.check_config(cfg, DOWNSTREAM)  # refuse unknown tasks before building anything
-  with cfg.unlocked():
-    cfg.world.seed = cfg.seed
-    cfg.source.seed = cfg.seed
-  world = build_world(cfg.world, log=lambda s: log("  " + s), families=tuple(cfg.families) or None)
+  launch.use_compilation_cache(cfg)
+  world = launch.build_world(cfg, log)
   p = pipeline.prepare(world, cfg, log)  # the main job's stages 1-3
   strengths = {"addition": float(cfg.alpha), "negation": -float(cfg.negation_lambda)}
   shift, by_task = shift_parts(world.models, p.tasks, p.emb, p.ops, p.names, p.controls, p.zs,

@@ -196,7 +196,9 @@ def solve_operators(models, tasks, emb, sources, names, cfg, log=print) -> dict:
   return ops
 
 
-def _closed_form_accs(emb_t, tasks, eval_tasks, terms) -> dict:
+def closed_form_accs(emb_t, tasks, eval_tasks, terms) -> dict:
+  """{task: accuracy in points} of ``eval_tasks`` on one target (``emb_t``: its
+  ``embed_model``) after the embedding-space edit ``terms`` (``apply_operators``)."""
   edited = {}  # tasks labelling the same test pool share one edited copy of its embeddings
   for t in eval_tasks:
     Z = emb_t[t].test
@@ -255,16 +257,16 @@ def addition_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg,
       for s in models:
         cell = ((a, b), (s, s))
         terms = [(ops[(tg, a, s)], alpha), (ops[(tg, b, s)], alpha)]
-        accs = _closed_form_accs(e, tasks, evals, terms)
+        accs = closed_form_accs(e, tasks, evals, terms)
         recs.append(_record("addition", tg, (a, b), (s, s), "closed_form", accs, zs[tg], controls,
                             "composed"))
         rterms = [(ops[(tg, a, "random~" + s)], alpha), (ops[(tg, b, "random~" + s)], alpha)]
         recs.append(_record("addition", tg, (a, b), (s, s), "random_utd",
-                            _closed_form_accs(e, tasks, evals, rterms), zs[tg], controls, "composed"))
+                            closed_form_accs(e, tasks, evals, rterms), zs[tg], controls, "composed"))
         if s != tg:  # the oracle: the target's own descriptors, read against cross-model cells
           oterms = [(ops[(tg, a, tg)], alpha), (ops[(tg, b, tg)], alpha)]
           recs.append(_record("addition", tg, (a, b), (s, s), "oracle",
-                              _closed_form_accs(e, tasks, evals, oterms), zs[tg], controls,
+                              closed_form_accs(e, tasks, evals, oterms), zs[tg], controls,
                               "composed"))
         else:
           ws = baselines.weight_space_arithmetic(
@@ -293,15 +295,15 @@ def negation_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg, a
     for t in names:
       evals = (t,) + tuple(controls)
       for s in models:
-        accs = _closed_form_accs(e, tasks, evals, [(ops[(tg, t, s)], -lam)])
+        accs = closed_form_accs(e, tasks, evals, [(ops[(tg, t, s)], -lam)])
         recs.append(_record("negation", tg, (t,), (s,), "closed_form", accs, zs[tg], controls,
                             "removed"))
         recs.append(_record("negation", tg, (t,), (s,), "random_utd",
-                            _closed_form_accs(e, tasks, evals, [(ops[(tg, t, "random~" + s)], -lam)]),
+                            closed_form_accs(e, tasks, evals, [(ops[(tg, t, "random~" + s)], -lam)]),
                             zs[tg], controls, "removed"))
         if s != tg:
           recs.append(_record("negation", tg, (t,), (s,), "oracle",
-                              _closed_form_accs(e, tasks, evals, [(ops[(tg, t, tg)], -lam)]),
+                              closed_form_accs(e, tasks, evals, [(ops[(tg, t, tg)], -lam)]),
                               zs[tg], controls, "removed"))
         else:
           ws = baselines.weight_space_arithmetic(model, [(sources[(tg, t)].finetuned, -lam)])
@@ -356,7 +358,7 @@ def negation_curve(models, tasks, emb, ops, names, controls, zs, strengths) -> d
         for s in models:
           if s == tg:
             continue
-          accs = _closed_form_accs(e, tasks, (t,) + tuple(controls), [(ops[(tg, t, s)], -lam)])
+          accs = closed_form_accs(e, tasks, (t,) + tuple(controls), [(ops[(tg, t, s)], -lam)])
           r.append(accs[t])
           c.append(np.mean([accs[x] for x in controls]))
     removed.append(float(np.mean(r)))
@@ -493,10 +495,8 @@ def prepare(world, cfg, log: Callable[[str], None] = print) -> Prepared:
 def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
   """Runs every stage on a built world; writes results.jsonl, summary.json, negation.png."""
   t0 = time.time()
-  check_config(cfg, world.downstream)  # before the workdir exists
-  os.makedirs(workdir, exist_ok=True)
   models = world.models
-  p = prepare(world, cfg, log)
+  p = prepare(world, cfg, log)  # checks the config first
   names, controls, tasks, emb, zs, sources, ops = (p.names, p.controls, p.tasks, p.emb, p.zs,
                                                    p.sources, p.ops)
   chosen = choose_adapter_cells(list(models), names, cfg.adapter.cells, cfg.seed)
@@ -521,6 +521,7 @@ def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
   summary["runtime_s"] = round(time.time() - t0 + sum(
       i.get("seconds", 0.0) for i in getattr(world, "pretrain_info", {}).values()
       if not i.get("cached")), 1)
+  os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, "results.jsonl"), "w") as f:
     for r in records:
       f.write(json.dumps(r, sort_keys=True) + "\n")

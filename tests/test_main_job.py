@@ -21,6 +21,20 @@ def _main_job(cache, work, *flags):
   return out.stdout
 
 
+def _refuses(tmp_path, module, override, match):
+  """``python -m module`` on the micro config with ``override`` exits with ``match`` in its
+  error before building anything: no workdir, and nothing pretrained into an empty cache."""
+  cache = tmp_path / "cache"
+  env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
+  out = subprocess.run(
+      [sys.executable, "-m", module, "--config=experiments/configs/main.py:micro", override,
+       f"--workdir={tmp_path / 'w'}"], cwd=ROOT, env=env, capture_output=True, text=True,
+      timeout=300)
+  assert out.returncode != 0 and match in out.stderr, out.stderr[-2000:]
+  assert not os.path.exists(tmp_path / "w")
+  assert not os.path.exists(cache) or not os.listdir(cache)  # nothing pretrained or cached
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
   return tmp_path_factory.mktemp("cache")
@@ -147,15 +161,7 @@ def test_strength_frontier_reproduces_the_main_jobs_rows(run, run_1se, cache, tm
     ("--config.selection_rule=best", "unknown selection rule 'best'"),
 ])
 def test_strength_frontier_refuses_bad_arguments_before_building(tmp_path, override, match):
-  cache = tmp_path / "cache"
-  env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
-  out = subprocess.run(
-      [sys.executable, "-m", "experiments.strength_frontier",
-       "--config=experiments/configs/main.py:micro", override, f"--workdir={tmp_path / 'w'}"],
-      cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-  assert out.returncode != 0 and match in out.stderr, out.stderr[-2000:]
-  assert not os.path.exists(tmp_path / "w")
-  assert not os.path.exists(cache) or not os.listdir(cache)
+  _refuses(tmp_path, "experiments.strength_frontier", override, match)
 
 
 @pytest.mark.parametrize("override,match", [
@@ -163,15 +169,7 @@ def test_strength_frontier_refuses_bad_arguments_before_building(tmp_path, overr
     ("--config.tasks=('shape', 'colour')", "unknown downstream tasks"),
 ])
 def test_main_job_refuses_bad_configs_before_building(tmp_path, override, match):
-  cache = tmp_path / "cache"
-  env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
-  out = subprocess.run(
-      [sys.executable, "-m", "experiments.main", "--config=experiments/configs/main.py:micro",
-       override, f"--workdir={tmp_path / 'w'}"], cwd=ROOT, env=env, capture_output=True,
-      text=True, timeout=300)
-  assert out.returncode != 0 and match in out.stderr, out.stderr[-2000:]
-  assert not os.path.exists(tmp_path / "w")
-  assert not os.path.exists(cache) or not os.listdir(cache)  # nothing pretrained or cached
+  _refuses(tmp_path, "experiments.main", override, match)
 
 
 def test_adapter_holdout_runs_on_the_main_jobs_adapter_cells(run, cache):
@@ -235,13 +233,7 @@ def test_transfer_anatomy_splits_add_up_and_match_the_main_job(run, cache, tmp_p
     ("--config.tasks=('shape', 'colour')", "unknown downstream tasks"),
 ])
 def test_transfer_anatomy_refuses_bad_configs(tmp_path, override, match):
-  out = subprocess.run(
-      [sys.executable, "-m", "experiments.transfer_anatomy",
-       "--config=experiments/configs/main.py:micro", override, f"--workdir={tmp_path / 'w'}"],
-      cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True,
-      timeout=300)
-  assert out.returncode != 0 and match in out.stderr, out.stderr[-2000:]
-  assert not os.path.exists(tmp_path / "w")
+  _refuses(tmp_path, "experiments.transfer_anatomy", override, match)
 
 
 @pytest.mark.parametrize("bad", [["300"], ["300:"], ["0:1e-3"], ["300:-1e-3"], ["a:b"], []])

@@ -19,9 +19,9 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from platonic_jax.core.operator import Operator, apply_operators
+from platonic_jax.core.operator import Operator
 from platonic_jax.core.select import choose
-from platonic_jax.eval import zeroshot
+from platonic_jax.pipeline import closed_form_accs
 
 PICKS = ("min", "1se", "cap2")
 
@@ -43,6 +43,19 @@ def check_multipliers(multipliers: Sequence[float]) -> tuple[float, ...]:
   if not out:
     raise ValueError("no strength multipliers given")
   return tuple(out)
+
+
+def check_picks(picks: Sequence[str]) -> list[str]:
+  """The picks as a list; ValueError for an empty list, an unknown pick or a repeated one."""
+  picks = list(picks)
+  if not picks:
+    raise ValueError(f"no picks given; use some of {PICKS}")
+  unknown = [p for p in picks if p not in PICKS]
+  if unknown:
+    raise ValueError(f"unknown picks {unknown}; use some of {PICKS}")
+  if len(set(picks)) != len(picks):
+    raise ValueError(f"repeated picks in {picks}")
+  return picks
 
 
 def pick_cell(selection, pick: str) -> tuple[int, float]:
@@ -83,16 +96,6 @@ def repick(ops: Mapping[tuple, Operator], emb, descriptor: Callable, pick: str) 
   return out
 
 
-def _accs(emb_t, tasks, eval_tasks, terms) -> dict:
-  edited = {}  # tasks labelling the same test pool share one edited copy of its embeddings
-  for x in eval_tasks:
-    Z = emb_t[x].test
-    if id(Z) not in edited:
-      edited[id(Z)] = np.asarray(apply_operators(Z, terms))
-  return {x: zeroshot.accuracy(edited[id(emb_t[x].test)], tasks[x].test[1], emb_t[x].G)
-          for x in eval_tasks}
-
-
 def frontier(models: Sequence[str], tasks, emb, ops, names: Sequence[str],
              controls: Sequence[str], zs, alpha: float, lam: float,
              multipliers: Sequence[float]) -> dict:
@@ -114,13 +117,13 @@ def frontier(models: Sequence[str], tasks, emb, ops, names: Sequence[str],
       for s in models:
         setting = "same_model" if s == tg else "cross_model"
         for a, b in itertools.combinations(names, 2):
-          acc = _accs(e, tasks, (a, b) + tuple(controls),
-                      [(ops[(tg, a, s)], m * alpha), (ops[(tg, b, s)], m * alpha)])
+          acc = closed_form_accs(e, tasks, (a, b) + tuple(controls),
+                                 [(ops[(tg, a, s)], m * alpha), (ops[(tg, b, s)], m * alpha)])
           rows.setdefault(("addition", setting), []).append(
               (np.mean([acc[x] - zs[tg][x] for x in (a, b)]),
                np.mean([acc[c] - zs[tg][c] for c in controls])))
         for t in names:
-          acc = _accs(e, tasks, (t,) + tuple(controls), [(ops[(tg, t, s)], -m * lam)])
+          acc = closed_form_accs(e, tasks, (t,) + tuple(controls), [(ops[(tg, t, s)], -m * lam)])
           rows.setdefault(("negation", setting), []).append(
               (acc[t] - zs[tg][t], np.mean([acc[c] - zs[tg][c] for c in controls])))
     block = {}

@@ -214,7 +214,7 @@ def test_one_standard_error_selection_on_a_solved_problem():
 
 
 def test_frontier_picks_on_a_hand_made_table():
-  from platonic_jax.eval.frontier import check_multipliers, pick_cell
+  from platonic_jax.eval.frontier import check_multipliers, check_picks, pick_cell
   fe = _fold_table()
   sel = Selection(ranks=(2, 4, 8), ridges=(1e-3, 1e-2, 1e-1), errors=fe.mean(axis=0),
                   fold_errors=fe, rank=8, ridge=1e-3)
@@ -223,6 +223,11 @@ def test_frontier_picks_on_a_hand_made_table():
   assert pick_cell(sel, "cap2") == (2, 1e-1)  # the smallest cap's best ridge (0.57)
   with pytest.raises(ValueError, match="unknown pick 'max'"):
     pick_cell(sel, "max")
+  assert check_picks(("cap2", "min")) == ["cap2", "min"]
+  for bad, match in (([], "no picks given"), (["min", "best"], r"unknown picks \['best'\]"),
+                     (["1se", "1se"], "repeated picks")):
+    with pytest.raises(ValueError, match=match):
+      check_picks(bad)
   assert check_multipliers(["0.5", 1, 2.0]) == (0.5, 1.0, 2.0)
   for bad, match in ((["0"], "must be finite and > 0"), ([float("nan")], "must be finite"),
                      (["1", "1.0"], "'1.0' is repeated"),

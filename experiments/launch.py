@@ -1,0 +1,58 @@
+"""What the launchers that run the main job's config share (``experiments.main``,
+``transfer_anatomy``, ``strength_frontier``, ``adapter_holdout``). Defines no flags, so any
+launcher may import it.
+"""
+
+import os
+import time
+from typing import Callable
+
+
+def timed_log() -> Callable[[str], None]:
+  """A ``log(s)`` that prints ``s`` behind the seconds since this call."""
+  t0 = time.time()
+
+  def log(s: str) -> None:
+    print(f"[{time.time() - t0:7.1f}s] {s}", flush=True)
+  return log
+
+
+def configure(cfg, who: str | None = None) -> list[str]:
+  """Checks and seeds a main-job config before anything is built; returns its task names.
+
+  Refuses, with a ValueError naming the problem: a config of another experiment (when ``who``,
+  the launcher's name, is given: it takes the main job's config only), unknown downstream tasks
+  or an unknown ``selection_rule`` (``pipeline.check_config``). Then ``cfg.seed`` seeds the world
+  and the source fine-tunes.
+  """
+  from platonic_jax import pipeline
+  from platonic_jax.data.toyworld import DOWNSTREAM
+
+  if who is not None and cfg.get("experiment", "main") != "main":
+    raise ValueError(f"{who} takes the main job's config (experiments/configs/main.py)")
+  names = pipeline.check_config(cfg, DOWNSTREAM)
+  with cfg.unlocked():
+    cfg.world.seed = cfg.seed
+    cfg.source.seed = cfg.seed
+  return names
+
+
+def use_compilation_cache(cfg) -> None:
+  """With ``cfg.compilation_cache`` on, compiled XLA programs persist next to the pretrained
+  weights (``<cache root>/xla``), so a warm rerun skips compiling them."""
+  if not cfg.compilation_cache:
+    return
+  import jax
+
+  from platonic_jax.data.toyworld.world import cache_root
+  jax.config.update("jax_compilation_cache_dir", os.path.join(cache_root(cfg.world), "xla"))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+
+
+def build_world(cfg, log: Callable[[str], None] | None = None):
+  """The config's toy world (pretrained, or loaded from the cache), restricted to
+  ``cfg.families`` when it names some; ``log`` gets its progress lines, indented."""
+  from platonic_jax.data.toyworld import build_world as build
+
+  return build(cfg.world, log=None if log is None else (lambda s: log("  " + s)),
+               families=tuple(cfg.families) or None)

@@ -9,9 +9,10 @@ Runs the main job's stages up to the operators (pretrained families from the cac
 source fine-tunes, the same label-free selection), then re-picks every operator from its own
 held-out error table by each of ``platonic_jax.eval.frontier.PICKS`` ("min": METHOD's rule;
 "1se": the one-standard-error rule; "cap2": the smallest rank cap) and evaluates every addition
-and negation cell at the main job's strengths times each of ``--multipliers``. At multiplier 1,
-"min" reproduces the default main job's closed-form (cross model) and oracle (same model) rows
-(and "1se" those of ``--config.selection_rule=1se``). A map of
+and negation cell at the main job's strengths times each of ``--multipliers``, the consensus
+cells (``pipeline.CONSENSUS``) as a third setting. At multiplier 1, "min" reproduces the default
+main job's closed-form (cross model), oracle (same model) and consensus rows (and "1se" those of
+``--config.selection_rule=1se``). A map of
 the trade, not a way to choose a strength: choosing one on these rows would choose it by the
 evaluation.
 
@@ -55,7 +56,7 @@ def main(argv):
   calibrate = bool(cfg.get("calibrate", False))
 
   def descriptor(tg, t, s):
-    return pipeline.source_descriptor(p.sources, p.emb, s, t, tg, calibrate)
+    return pipeline.operator_descriptor(p.sources, p.emb, models, tg, t, s, calibrate)
   result = {}
   for pick in picks:
     ops = frontier.repick(p.ops, p.emb, descriptor, pick)

@@ -6,7 +6,8 @@ Stages, each a plain function over arrays and models:
 2. ``finetune_sources``: a rank-4 labeled LoRA fine-tune per (model, downstream task); its
    probe embeddings give the Universal Task Descriptor ``U = (A_ft - A_pre) H_C``.
 3. ``solve_operators``: per (target, task, source) the closed-form operator with label-free
-   selection of (rank, ridge); a random-UTD control per (target, task, source).
+   selection of (rank, ridge); a random-UTD control per (target, task, source); per (target,
+   task) the operator of the consensus of the other families' descriptors.
 4. ``addition_cells`` / ``negation_cells``: every cell evaluated for every method on the
    composed (or removed) tasks and the controls, against the target's zero-shot accuracy.
 5. ``summarize``: mean changes in points, the paper's Table 1/2 layouts, Figure 2's curve.
@@ -32,14 +33,16 @@ import numpy as np
 from platonic_jax import embed as embed_lib
 from platonic_jax.core import adapter as adapter_lib
 from platonic_jax.core import baselines, train
-from platonic_jax.core.analysis import calibration_factor, random_utd
+from platonic_jax.core.analysis import calibration_factor, consensus, random_utd
 from platonic_jax.core.descriptor import Descriptor, Provenance
 from platonic_jax.core.grid import make_grid
 from platonic_jax.core.operator import Operator, apply_operators
 from platonic_jax.core.select import check_rule, select_rank_ridge
 from platonic_jax.eval import zeroshot
 
-METHODS = ("closed_form", "adapter", "oracle", "random_utd", "weight_space")
+METHODS = ("closed_form", "consensus", "adapter", "oracle", "random_utd", "weight_space")
+# The source name of the consensus operators: ops[(target, task, CONSENSUS)].
+CONSENSUS = "consensus"
 
 
 @dataclasses.dataclass
@@ -161,16 +164,39 @@ def source_descriptor(sources, emb, s: str, t: str, tg: str, calibrate: bool) ->
   return calibration_factor(es.probes, es.G, et.probes, et.G) * desc
 
 
+def consensus_descriptor(sources, emb, models, t: str, tg: str, calibrate: bool) -> Descriptor:
+  """METHOD's consensus descriptor for target ``tg`` on task ``t``: the mean of every other
+  family's descriptor as ``tg`` reads it (``source_descriptor``), a cross-model source of its
+  own (no descriptor of the target enters it). With one other family it is that family's
+  descriptor."""
+  others = [s for s in models if s != tg]
+  if not others:
+    raise ValueError(f"a consensus for target {tg!r} needs another family; have {list(models)}")
+  return consensus([source_descriptor(sources, emb, s, t, tg, calibrate) for s in others])
+
+
+def operator_descriptor(sources, emb, models, tg: str, t: str, s: str,
+                        calibrate: bool) -> Descriptor:
+  """The descriptor ``solve_operators`` solved for ``ops[(tg, t, s)]``, ``s`` a model or
+  ``CONSENSUS`` (random-UTD draws are not rebuilt here)."""
+  if s == CONSENSUS:
+    return consensus_descriptor(sources, emb, models, t, tg, calibrate)
+  return source_descriptor(sources, emb, s, t, tg, calibrate)
+
+
 def solve_operators(models, tasks, emb, sources, names, cfg, log=print) -> dict:
-  """{(target, task, source): Operator}; source "random" is the random-UTD control.
+  """{(target, task, source): Operator}; sources "random~<model>" are the random-UTD
+  controls and ``CONSENSUS`` the consensus of the other families (``consensus_descriptor``).
 
   The random control for (target, task) draws one Gaussian descriptor per source, scaled to
   that source's ``||U||_F`` (after calibration when ``cfg.calibrate``), and solves it through
-  the same label-free selection.
+  the same label-free selection. The consensus goes through the same selection in a call of its
+  own, so the per-source operators are those of a run without it.
   """
   ops = {}
   key = jax.random.key(cfg.seed)
   calibrate = bool(cfg.get("calibrate", False))
+  rule = cfg.get("selection_rule", "min")
   for tg, model in models.items():
     target_id = model.target_id
     for t in names:
@@ -184,10 +210,14 @@ def solve_operators(models, tasks, emb, sources, names, cfg, log=print) -> dict:
         descs["random~" + s] = Descriptor.single(grid, random_utd(grid, desc.only.U, sub),
                                                  provenance=Provenance(source=f"random~{s}"))
       # one batched selection over every source of this (target, grid)
-      sels = select_rank_ridge(e.probes, e.G, np.stack([np.asarray(d.only.U) for d in descs.values()]),
-                               folds=cfg.folds, seed=cfg.seed,
-                               include_ceiling=bool(cfg.get("include_ceiling", False)),
-                               rule=cfg.get("selection_rule", "min"))
+      select = functools.partial(select_rank_ridge, e.probes, e.G, folds=cfg.folds,
+                                 seed=cfg.seed,
+                                 include_ceiling=bool(cfg.get("include_ceiling", False)),
+                                 rule=rule)
+      sels = select(np.stack([np.asarray(d.only.U) for d in descs.values()]))
+      cons = consensus_descriptor(sources, emb, models, t, tg, calibrate)
+      sels += select(np.asarray(cons.only.U)[None])
+      descs[CONSENSUS] = cons
       for (s, desc), sel in zip(descs.items(), sels):
         op = Operator.solve(e.probes, e.G, desc, target_id=target_id, rank=sel.rank,
                             ridge=sel.ridge, source=s)
@@ -247,7 +277,8 @@ def adapter_probes(tasks, emb_t, names):
 
 def addition_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg,
                    adapter_cells, log=print) -> list[dict]:
-  """Every (target, task pair, source) addition cell at strength ``cfg.alpha``."""
+  """Every (target, task pair, source) addition cell at strength ``cfg.alpha``, and per (target,
+  task pair) the consensus cell (``CONSENSUS`` operators, method "consensus")."""
   recs = []
   alpha = cfg.alpha
   for tg, model in models.items():
@@ -282,12 +313,16 @@ def addition_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg,
           recs.append(_record("addition", tg, (a, b), (s, s), "adapter",
                               _model_accs(ad, tasks, e, evals), zs[tg], controls, "composed"))
           log(f"  adapter addition {tg} <- {s}: {a}+{b}  ({time.time() - t0:.1f}s)")
+      cterms = [(ops[(tg, a, CONSENSUS)], alpha), (ops[(tg, b, CONSENSUS)], alpha)]
+      recs.append(_record("addition", tg, (a, b), (CONSENSUS, CONSENSUS), "consensus",
+                          closed_form_accs(e, tasks, evals, cterms), zs[tg], controls, "composed"))
   return recs
 
 
 def negation_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg, adapter_cells,
                    log=print) -> list[dict]:
-  """Every (target, task, source) negation cell at strength ``cfg.negation_lambda``."""
+  """Every (target, task, source) negation cell at strength ``cfg.negation_lambda``, and per
+  (target, task) the consensus cell."""
   recs = []
   lam = cfg.negation_lambda
   for tg, model in models.items():
@@ -317,6 +352,9 @@ def negation_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg, a
           recs.append(_record("negation", tg, (t,), (s,), "adapter",
                               _model_accs(ad, tasks, e, evals), zs[tg], controls, "removed"))
           log(f"  adapter negation {tg} <- {s}: -{t}  ({time.time() - t0:.1f}s)")
+      recs.append(_record("negation", tg, (t,), (CONSENSUS,), "consensus",
+                          closed_form_accs(e, tasks, evals, [(ops[(tg, t, CONSENSUS)], -lam)]),
+                          zs[tg], controls, "removed"))
   return recs
 
 
@@ -382,8 +420,12 @@ def summarize(records: Sequence[dict]) -> dict:
                            "cells": len(rs)}
       out[kind][setting] = block
   cross = out["addition"]["cross_model"]
+  ok = "oracle" in cross and cross["oracle"]["composed"] > 0
   out["oracle_retention"] = (round(cross["closed_form"]["composed"] / cross["oracle"]["composed"], 4)
-                             if "oracle" in cross and cross["oracle"]["composed"] > 0 else None)
+                             if ok else None)
+  if "consensus" in cross:  # the same ratio for the consensus source
+    out["consensus_retention"] = (
+        round(cross["consensus"]["composed"] / cross["oracle"]["composed"], 4) if ok else None)
   return out
 
 
@@ -391,7 +433,8 @@ def format_tables(records: Sequence[dict], controls: Sequence[str]) -> str:
   """The paper's Table 1 (addition) and Table 2 (negation) layouts, in percent."""
   lines = []
   names = {"zero_shot": "Zero-shot", "weight_space": "Weight-space arithmetic",
-           "closed_form": "Ours, closed form", "adapter": "Ours, adapter", "oracle": "Oracle",
+           "closed_form": "Ours, closed form", "consensus": "Ours, consensus",
+           "adapter": "Ours, adapter", "oracle": "Oracle",
            "random_utd": "Random-UTD"}
   for kind, cols in (("addition", ["Task A", "Task B"]), ("negation", ["Removed task"])):
     title = ("Table 1: addition (closed form at alpha, adapter at full strength)" if kind == "addition"
@@ -415,7 +458,7 @@ def format_tables(records: Sequence[dict], controls: Sequence[str]) -> str:
         return f"{name:<26s}" + "".join(f"{v:14.2f}" for v in m)
 
       lines.append(row(names["zero_shot"], base, zero=True))
-      for method in ("weight_space", "closed_form", "adapter", "oracle", "random_utd"):
+      for method in ("weight_space", "closed_form", "consensus", "adapter", "oracle", "random_utd"):
         rs = [r for r in records if r["kind"] == kind and r["setting"] == setting
               and r["method"] == method]
         if rs:

@@ -65,7 +65,8 @@ def test_summary_layout(run):
         assert set(v) == {role, "controls", "cells"}
     assert "weight_space" in s[kind]["same_model"] and "weight_space" not in s[kind]["cross_model"]
     assert "oracle" in s[kind]["cross_model"]
-  assert "oracle_retention" in s and s["runtime_s"] > 0
+    assert "consensus" in s[kind]["cross_model"] and "consensus" not in s[kind]["same_model"]
+  assert "oracle_retention" in s and "consensus_retention" in s and s["runtime_s"] > 0
   assert len(s["negation_curve"]["strength"]) == len(s["negation_curve"]["removed"])
 
 
@@ -82,6 +83,12 @@ def test_records_are_consistent(run):
     for t, acc in r["accuracy"].items():
       assert 0.0 <= acc <= 100.0
       assert abs(r["delta"][t] - (acc - s["zero_shot"][r["target"]][t])) < 1e-2
+  # one consensus cell per (target, task pair) and per (target, task), read as cross-model
+  targets = set(s["zero_shot"])
+  for kind, n in (("addition", 3), ("negation", 3)):  # micro: 3 task pairs, 3 tasks
+    cons = [r for r in recs if r["kind"] == kind and r["method"] == "consensus"]
+    assert sorted(r["target"] for r in cons) == sorted(list(targets) * n)
+    assert all(r["setting"] == "cross_model" and set(r["sources"]) == {"consensus"} for r in cons)
   # the adapter ran on exactly the named cells
   named = {(c[0], tuple(c[1]), tuple(c[2])) for c in s["adapter_cells"]["addition"]}
   ran = {(r["target"], tuple(r["tasks"]), tuple(r["sources"])) for r in recs
@@ -125,7 +132,8 @@ def test_one_standard_error_rule_picks_smaller_operators(run, run_1se):
 
 def test_strength_frontier_reproduces_the_main_jobs_rows(run, run_1se, cache, tmp_path):
   """experiments.strength_frontier (warm): at multiplier 1 the "min" pick gives the main job's
-  closed-form (cross model) and oracle (same model) rows, and "1se" those of the 1se run."""
+  closed-form (cross model), oracle (same model) and consensus rows, and "1se" those of the 1se
+  run."""
   env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
   out = subprocess.run(
       [sys.executable, "-m", "experiments.strength_frontier",
@@ -140,7 +148,8 @@ def test_strength_frontier_reproduces_the_main_jobs_rows(run, run_1se, cache, tm
     s = json.load(open(os.path.join(work, "summary.json")))
     for kind, role in (("addition", "composed"), ("negation", "removed")):
       got = fr["picks"][pick]["1"][kind]
-      for setting, method in (("cross_model", "closed_form"), ("same_model", "oracle")):
+      for setting, method in (("cross_model", "closed_form"), ("same_model", "oracle"),
+                              ("consensus", "consensus")):
         want = s[kind]["cross_model"][method]
         assert got[setting][role] == pytest.approx(want[role], abs=1e-3), (pick, kind, setting)
         assert got[setting]["controls"] == pytest.approx(want["controls"], abs=1e-3)

@@ -21,7 +21,7 @@ import numpy as np
 
 from platonic_jax.core.operator import Operator
 from platonic_jax.core.select import choose
-from platonic_jax.pipeline import closed_form_accs
+from platonic_jax.pipeline import CONSENSUS, closed_form_accs
 
 PICKS = ("min", "1se", "cap2")
 
@@ -78,7 +78,8 @@ def repick(ops: Mapping[tuple, Operator], emb, descriptor: Callable, pick: str) 
   Args:
     ops: the main job's operators (``pipeline.prepare``; random-UTD sources are skipped).
     emb: {model: {task: TaskEmbeddings}} (the probes and class embeddings solved against).
-    descriptor: ``(target, task, source) -> Descriptor``, the one each operator solved.
+    descriptor: ``(target, task, source) -> Descriptor``, the one each operator solved
+      (``pipeline.operator_descriptor``).
   """
   out = {}
   for (tg, t, s), op in ops.items():
@@ -103,19 +104,22 @@ def frontier(models: Sequence[str], tasks, emb, ops, names: Sequence[str],
   source, both terms at ``m * alpha``) and the negation cells (every target, task and source, at
   ``-m * lam``) for each multiplier ``m``:
 
-    {str(m): {"addition": {"same_model"|"cross_model": {"composed", "controls"}},
-              "negation": {"same_model"|"cross_model": {"removed", "controls"}}}}
+    {str(m): {"addition": {"same_model"|"cross_model"|"consensus": {"composed", "controls"}},
+              "negation": {"same_model"|"cross_model"|"consensus": {"removed", "controls"}}}}
 
-  At ``m = 1`` with the main job's operators these are its closed-form rows (cross model) and
-  its oracle rows (same model).
+  "consensus" holds the cells of the ``CONSENSUS`` operators, where ``ops`` has them. At ``m = 1``
+  with the main job's operators these are its closed-form rows (cross model), its oracle rows
+  (same model) and its consensus rows.
   """
   out = {}
   for m in check_multipliers(multipliers):
     rows = {}
     for tg in models:
       e = emb[tg]
-      for s in models:
-        setting = "same_model" if s == tg else "cross_model"
+      cons = [CONSENSUS] if all((tg, t, CONSENSUS) in ops for t in names) else []
+      for s in list(models) + cons:
+        setting = ("consensus" if s == CONSENSUS else
+                   "same_model" if s == tg else "cross_model")
         for a, b in itertools.combinations(names, 2):
           acc = closed_form_accs(e, tasks, (a, b) + tuple(controls),
                                  [(ops[(tg, a, s)], m * alpha), (ops[(tg, b, s)], m * alpha)])
@@ -137,15 +141,20 @@ def frontier(models: Sequence[str], tasks, emb, ops, names: Sequence[str],
 
 
 def format_table(result: Mapping[str, Mapping[str, dict]]) -> str:
-  """One line per (pick, multiplier): addition and negation, task / controls, same and cross."""
-  head = (f"{'pick':>5} {'x':>5}  {'add, same':>15}  {'add, cross':>15}  {'neg, same':>15}  "
-          f"{'neg, cross':>15}")
+  """One line per (pick, multiplier): addition and negation, task / controls, same model, cross
+  model and (where the rows hold it) consensus."""
+  settings = ["same_model", "cross_model"]
+  if all("consensus" in b["addition"] for by_m in result.values() for b in by_m.values()):
+    settings.append("consensus")
+  short = {"same_model": "same", "cross_model": "cross", "consensus": "consensus"}
+  head = f"{'pick':>5} {'x':>5}  " + "  ".join(
+      f"{k + ', ' + short[st]:>15}" for k in ("add", "neg") for st in settings)
   lines = [head]
   for pick, by_m in result.items():
     for m, b in by_m.items():
       cells = []
       for kind, role in (("addition", "composed"), ("negation", "removed")):
-        for setting in ("same_model", "cross_model"):
+        for setting in settings:
           v = b[kind][setting]
           cells.append(f"{v[role]:+6.1f} / {v['controls']:+5.1f}")
       lines.append(f"{pick:>5} {m:>5}  " + "  ".join(f"{c:>15}" for c in cells))

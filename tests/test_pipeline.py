@@ -1,0 +1,91 @@
+"""The main job's operator stage on a synthetic three-family world: the consensus source."""
+
+import types
+
+import ml_collections
+import numpy as np
+import pytest
+
+from platonic_jax import pipeline
+from platonic_jax.core.analysis import affinity_spread
+from platonic_jax.core.descriptor import Descriptor, Provenance
+from platonic_jax.core.grid import make_grid
+from platonic_jax.core.operator import Operator
+from platonic_jax.core.select import select_rank_ridge
+
+DIMS = {"a": 6, "b": 8, "c": 5}  # three families with different embedding widths
+N, C = 40, 4
+
+
+def _world(seed=0):
+  rng = np.random.default_rng(seed)
+  grid = make_grid("t", list(range(N)), [f"c{i}" for i in range(C)], ["{}"])
+  models, emb, sources = {}, {}, {}
+  for m, d in DIMS.items():
+    models[m] = types.SimpleNamespace(target_id=f"model-{m}")
+    G, Z = rng.standard_normal((C, d)), rng.standard_normal((N, d))
+    emb[m] = {"t": pipeline.TaskEmbeddings(G=G, probes=Z, test=rng.standard_normal((10, d)))}
+    Z_ft = Z + 0.5 * rng.standard_normal((N, d))  # each family's own "fine-tune"
+    desc = Descriptor.from_embeddings(grid, Z, Z_ft, G, provenance=Provenance(source=m))
+    sources[(m, "t")] = pipeline.Source(m, "t", None, desc, 0.0)
+  cfg = ml_collections.ConfigDict(dict(seed=0, folds=5, include_ceiling=True, calibrate=True,
+                                       selection_rule="min"))
+  return models, emb, sources, cfg
+
+
+def _U(desc):
+  return np.asarray(desc.only.U, np.float64)
+
+
+def test_consensus_operator_solves_the_mean_of_the_other_families():
+  models, emb, sources, cfg = _world()
+  ops = pipeline.solve_operators(models, None, emb, sources, ["t"], cfg, log=lambda s: None)
+  assert {k[2] for k in ops} == {"a", "b", "c", "random~a", "random~b", "random~c",
+                                 pipeline.CONSENSUS}
+  for tg in models:
+    e = emb[tg]["t"]
+    # the other families' descriptors in the target's cosine units, averaged by hand
+    others = [_U(sources[(s, "t")].descriptor)
+              * affinity_spread(e.probes, e.G) / affinity_spread(emb[s]["t"].probes, emb[s]["t"].G)
+              for s in models if s != tg]
+    want = np.mean(others, axis=0)
+    got = pipeline.operator_descriptor(sources, emb, models, tg, "t", pipeline.CONSENSUS, True)
+    np.testing.assert_allclose(_U(got), want, atol=1e-6)
+    # the target's own descriptor is no part of it
+    own = _U(sources[(tg, "t")].descriptor)
+    assert np.abs(_U(got) - np.mean(others + [own], axis=0)).max() > 1e-3
+    op = ops[(tg, "t", pipeline.CONSENSUS)]
+    assert op.source == pipeline.CONSENSUS and op.target_id == f"model-{tg}"
+    sel = select_rank_ridge(e.probes, e.G, want, folds=5, seed=0, include_ceiling=True)
+    assert (op.rank, op.ridge) == (sel.rank, sel.ridge) == (op.selection.rank, op.selection.ridge)
+    ref = Operator.solve(e.probes, e.G, got, target_id=op.target_id, rank=sel.rank,
+                         ridge=sel.ridge, source=pipeline.CONSENSUS)
+    np.testing.assert_allclose(np.asarray(op.W), np.asarray(ref.W), atol=1e-5)
+    # a single source's operator is solved on that source's descriptor
+    src = pipeline.operator_descriptor(sources, emb, models, tg, "t", "b", True)
+    np.testing.assert_array_equal(
+        _U(src), _U(pipeline.source_descriptor(sources, emb, "b", "t", tg, True)))
+
+
+def test_consensus_of_one_other_family_is_that_familys_descriptor():
+  models, emb, sources, _ = _world()
+  two = {m: models[m] for m in ("a", "b")}
+  got = pipeline.consensus_descriptor(sources, emb, two, "t", "a", True)
+  np.testing.assert_array_equal(
+      _U(got), _U(pipeline.source_descriptor(sources, emb, "b", "t", "a", True)))
+
+
+def test_consensus_needs_another_family():
+  models, emb, sources, _ = _world()
+  with pytest.raises(ValueError, match="needs another family"):
+    pipeline.consensus_descriptor(sources, emb, {"a": models["a"]}, "t", "a", True)
+
+
+def test_summary_reports_the_consensus_row_and_its_retention():
+  rec = lambda setting, method, x: {"kind": "addition", "setting": setting, "method": method,
+                                    "composed": x, "controls": -1.0}
+  s = pipeline.summarize([rec("cross_model", "closed_form", 4.0), rec("cross_model", "oracle", 10.0),
+                          rec("cross_model", "consensus", 6.0), rec("cross_model", "consensus", 8.0)])
+  assert s["addition"]["cross_model"]["consensus"] == {"composed": 7.0, "controls": -1.0,
+                                                       "cells": 2}
+  assert s["oracle_retention"] == 0.4 and s["consensus_retention"] == 0.7

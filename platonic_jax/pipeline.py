@@ -190,9 +190,13 @@ def solve_operators(models, tasks, emb, sources, names, cfg, log=print) -> dict:
 
   The random control for (target, task) draws one Gaussian descriptor per source, scaled to
   that source's ``||U||_F`` (after calibration when ``cfg.calibrate``), and solves it through
-  the same label-free selection. The consensus goes through the same selection in a call of its
-  own, so the per-source operators are those of a run without it.
+  the same label-free selection. The consensus (where there are two families or more) goes
+  through the same selection in a call of its own, so the per-source operators are those of a
+  run without it.
   """
+  if CONSENSUS in models:
+    raise ValueError(f"a family may not be named {CONSENSUS!r}: that name holds the consensus "
+                     "operators")
   ops = {}
   key = jax.random.key(cfg.seed)
   calibrate = bool(cfg.get("calibrate", False))
@@ -215,9 +219,10 @@ def solve_operators(models, tasks, emb, sources, names, cfg, log=print) -> dict:
                                  include_ceiling=bool(cfg.get("include_ceiling", False)),
                                  rule=rule)
       sels = select(np.stack([np.asarray(d.only.U) for d in descs.values()]))
-      cons = consensus_descriptor(sources, emb, models, t, tg, calibrate)
-      sels += select(np.asarray(cons.only.U)[None])
-      descs[CONSENSUS] = cons
+      if len(models) > 1:  # the mean of the other families' descriptors (consensus_descriptor)
+        cons = consensus([descs[s] for s in models if s != tg])
+        sels += select(np.asarray(cons.only.U)[None])
+        descs[CONSENSUS] = cons
       for (s, desc), sel in zip(descs.items(), sels):
         op = Operator.solve(e.probes, e.G, desc, target_id=target_id, rank=sel.rank,
                             ridge=sel.ridge, source=s)
@@ -278,7 +283,8 @@ def adapter_probes(tasks, emb_t, names):
 def addition_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg,
                    adapter_cells, log=print) -> list[dict]:
   """Every (target, task pair, source) addition cell at strength ``cfg.alpha``, and per (target,
-  task pair) the consensus cell (``CONSENSUS`` operators, method "consensus")."""
+  task pair) the consensus cell (``CONSENSUS`` operators, method "consensus"), where ``ops``
+  has them."""
   recs = []
   alpha = cfg.alpha
   for tg, model in models.items():
@@ -313,16 +319,18 @@ def addition_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg,
           recs.append(_record("addition", tg, (a, b), (s, s), "adapter",
                               _model_accs(ad, tasks, e, evals), zs[tg], controls, "composed"))
           log(f"  adapter addition {tg} <- {s}: {a}+{b}  ({time.time() - t0:.1f}s)")
-      cterms = [(ops[(tg, a, CONSENSUS)], alpha), (ops[(tg, b, CONSENSUS)], alpha)]
-      recs.append(_record("addition", tg, (a, b), (CONSENSUS, CONSENSUS), "consensus",
-                          closed_form_accs(e, tasks, evals, cterms), zs[tg], controls, "composed"))
+      if (tg, a, CONSENSUS) in ops:
+        cterms = [(ops[(tg, a, CONSENSUS)], alpha), (ops[(tg, b, CONSENSUS)], alpha)]
+        recs.append(_record("addition", tg, (a, b), (CONSENSUS, CONSENSUS), "consensus",
+                            closed_form_accs(e, tasks, evals, cterms), zs[tg], controls,
+                            "composed"))
   return recs
 
 
 def negation_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg, adapter_cells,
                    log=print) -> list[dict]:
   """Every (target, task, source) negation cell at strength ``cfg.negation_lambda``, and per
-  (target, task) the consensus cell."""
+  (target, task) the consensus cell, where ``ops`` has them."""
   recs = []
   lam = cfg.negation_lambda
   for tg, model in models.items():
@@ -352,9 +360,10 @@ def negation_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg, a
           recs.append(_record("negation", tg, (t,), (s,), "adapter",
                               _model_accs(ad, tasks, e, evals), zs[tg], controls, "removed"))
           log(f"  adapter negation {tg} <- {s}: -{t}  ({time.time() - t0:.1f}s)")
-      recs.append(_record("negation", tg, (t,), (CONSENSUS,), "consensus",
-                          closed_form_accs(e, tasks, evals, [(ops[(tg, t, CONSENSUS)], -lam)]),
-                          zs[tg], controls, "removed"))
+      if (tg, t, CONSENSUS) in ops:
+        recs.append(_record("negation", tg, (t,), (CONSENSUS,), "consensus",
+                            closed_form_accs(e, tasks, evals, [(ops[(tg, t, CONSENSUS)], -lam)]),
+                            zs[tg], controls, "removed"))
   return recs
 
 
@@ -530,7 +539,8 @@ def prepare(world, cfg, log: Callable[[str], None] = print) -> Prepared:
   log(f"[2/5] source fine-tunes ({len(models)} models x {len(names)} tasks, rank {cfg.source.rank})")
   sources = finetune_sources(models, tasks, emb, names, cfg.source, log,
                              workers=cfg.get("workers", 1))
-  log("[3/5] closed-form operators with label-free selection (+ random-UTD controls)")
+  log("[3/5] closed-form operators with label-free selection (+ random-UTD controls and the "
+      "consensus)")
   ops = solve_operators(models, tasks, emb, sources, names, cfg, log)
   return Prepared(names, controls, tasks, emb, zs, sources, ops)
 

@@ -89,6 +89,14 @@ def test_records_are_consistent(run):
     cons = [r for r in recs if r["kind"] == kind and r["method"] == "consensus"]
     assert sorted(r["target"] for r in cons) == sorted(list(targets) * n)
     assert all(r["setting"] == "cross_model" and set(r["sources"]) == {"consensus"} for r in cons)
+    # micro has two families, so a target's consensus is the other family's descriptor: the same
+    # selection and operator, and the same accuracies as that family's closed-form cell
+    for r in cons:
+      other = next(m for m in targets if m != r["target"])
+      (single,) = [q for q in recs if q["method"] == "closed_form" and q["kind"] == kind
+                   and q["target"] == r["target"] and q["tasks"] == r["tasks"]
+                   and q["sources"][0] == other]
+      assert r["accuracy"] == pytest.approx(single["accuracy"], abs=1e-6)
   # the adapter ran on exactly the named cells
   named = {(c[0], tuple(c[1]), tuple(c[2])) for c in s["adapter_cells"]["addition"]}
   ran = {(r["target"], tuple(r["tasks"]), tuple(r["sources"])) for r in recs

@@ -51,9 +51,6 @@ def test_consensus_operator_solves_the_mean_of_the_other_families():
     want = np.mean(others, axis=0)
     got = pipeline.operator_descriptor(sources, emb, models, tg, "t", pipeline.CONSENSUS, True)
     np.testing.assert_allclose(_U(got), want, atol=1e-6)
-    # the target's own descriptor is no part of it
-    own = _U(sources[(tg, "t")].descriptor)
-    assert np.abs(_U(got) - np.mean(others + [own], axis=0)).max() > 1e-3
     op = ops[(tg, "t", pipeline.CONSENSUS)]
     assert op.source == pipeline.CONSENSUS and op.target_id == f"model-{tg}"
     sel = select_rank_ridge(e.probes, e.G, want, folds=5, seed=0, include_ceiling=True)
@@ -89,3 +86,23 @@ def test_summary_reports_the_consensus_row_and_its_retention():
   assert s["addition"]["cross_model"]["consensus"] == {"composed": 7.0, "controls": -1.0,
                                                        "cells": 2}
   assert s["oracle_retention"] == 0.4 and s["consensus_retention"] == 0.7
+
+
+def test_one_family_has_no_consensus_and_a_family_may_not_take_its_name():
+  models, emb, sources, cfg = _world()
+  one = {"a": models["a"]}
+  ops = pipeline.solve_operators(one, None, emb, sources, ["t"], cfg, log=lambda s: None)
+  assert set(ops) == {("a", "t", "a"), ("a", "t", "random~a")}
+  named = {"consensus": models["a"], "b": models["b"]}
+  emb["consensus"], sources[("consensus", "t")] = emb["a"], sources[("a", "t")]
+  with pytest.raises(ValueError, match="may not be named 'consensus'"):
+    pipeline.solve_operators(named, None, emb, sources, ["t"], cfg, log=lambda s: None)
+
+
+def test_frontier_refuses_consensus_operators_on_some_targets_only():
+  from platonic_jax.eval import frontier
+  models, emb, sources, cfg = _world()
+  ops = pipeline.solve_operators(models, None, emb, sources, ["t"], cfg, log=lambda s: None)
+  del ops[("b", "t", pipeline.CONSENSUS)]
+  with pytest.raises(ValueError, match="consensus operators are missing for some"):
+    frontier.frontier(list(models), None, emb, ops, ["t"], [], {}, 0.5, 1.0, [1.0])

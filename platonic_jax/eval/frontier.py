@@ -10,6 +10,10 @@ a smaller or weaker operator trades along. Reads labels only to evaluate, as the
     default ``selection_rule``.
   "1se": the one-standard-error rule (``select.choose(..., "1se")``).
   "cap2": the smallest rank cap of each operator's grid with that cap's best ridge.
+
+Cells are read in three settings: same model (the target's own descriptors, the oracle),
+cross model (every other family as the source) and, where the operators hold them, consensus
+(``pipeline.CONSENSUS``: the mean of the other families' descriptors).
 """
 
 from __future__ import annotations
@@ -111,13 +115,17 @@ def frontier(models: Sequence[str], tasks, emb, ops, names: Sequence[str],
   with the main job's operators these are its closed-form rows (cross model), its oracle rows
   (same model) and its consensus rows.
   """
+  have = {(tg, t, CONSENSUS) in ops for tg in models for t in names}
+  if len(have) > 1:
+    raise ValueError("consensus operators are missing for some (target, task) pairs: evaluate "
+                     "them everywhere or nowhere")
+  sources = list(models) + ([CONSENSUS] if have == {True} else [])
   out = {}
   for m in check_multipliers(multipliers):
     rows = {}
     for tg in models:
       e = emb[tg]
-      cons = [CONSENSUS] if all((tg, t, CONSENSUS) in ops for t in names) else []
-      for s in list(models) + cons:
+      for s in sources:
         setting = ("consensus" if s == CONSENSUS else
                    "same_model" if s == tg else "cross_model")
         for a, b in itertools.combinations(names, 2):

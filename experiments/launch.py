@@ -56,3 +56,32 @@ def build_world(cfg, log: Callable[[str], None] | None = None):
 
   return build(cfg.world, log=None if log is None else (lambda s: log("  " + s)),
                families=tuple(cfg.families) or None)
+
+
+def prepare(cfg, who: str, log: Callable[[str], None]):
+  """``(world, pipeline.Prepared)``: the main job's stages 1-3 for a launcher that compares
+  families (``transfer_anatomy``, ``strength_frontier``). Refuses, before building anything,
+  what ``configure`` refuses and a config with fewer than two families (no cross-model cell to
+  read); then the compilation cache, the world, the embeddings, fine-tunes and operators."""
+  from platonic_jax import pipeline
+
+  configure(cfg, who)
+  families = tuple(cfg.families) or tuple(cfg.world.families)
+  if len(families) < 2:
+    raise ValueError(f"{who} needs at least two families, got {list(families)}")
+  use_compilation_cache(cfg)
+  world = build_world(cfg, log)
+  return world, pipeline.prepare(world, cfg, log)
+
+
+def write_json(workdir: str, name: str, obj) -> str:
+  """Writes ``obj`` to ``workdir/name`` atomically (a temporary file, then a rename); returns
+  the path."""
+  import json
+
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, name)
+  with open(path + ".tmp", "w") as f:
+    json.dump(obj, f, indent=2, sort_keys=True)
+  os.replace(path + ".tmp", path)
+  return path

@@ -20,7 +20,6 @@ Writes WORKDIR/frontier.json (``{"alpha", "lambda", "picks": {pick: {multiplier:
 as ``frontier.frontier`` returns them) and prints the table.
 """
 
-import json
 import os
 import time
 
@@ -48,10 +47,7 @@ def main(argv):
   # refuse bad arguments before building anything
   multipliers = frontier.check_multipliers(_MULTIPLIERS.value)
   picks = frontier.check_picks(_PICKS.value)
-  launch.configure(cfg, "strength_frontier")
-  launch.use_compilation_cache(cfg)
-  world = launch.build_world(cfg, log)
-  p = pipeline.prepare(world, cfg, log)  # the main job's stages 1-3
+  world, p = launch.prepare(cfg, "strength_frontier", log)  # the main job's stages 1-3
   models = list(world.models)
   calibrate = bool(cfg.get("calibrate", False))
 
@@ -63,12 +59,9 @@ def main(argv):
     result[pick] = frontier.frontier(models, p.tasks, p.emb, ops, p.names, p.controls, p.zs,
                                      float(cfg.alpha), float(cfg.negation_lambda), multipliers)
     log(f"  evaluated pick {pick}")
-  os.makedirs(_WORKDIR.value, exist_ok=True)
-  path = os.path.join(_WORKDIR.value, "frontier.json")
-  with open(path + ".tmp", "w") as f:
-    json.dump({"alpha": float(cfg.alpha), "lambda": float(cfg.negation_lambda),
-               "picks": result}, f, indent=2, sort_keys=True)
-  os.replace(path + ".tmp", path)
+  path = launch.write_json(_WORKDIR.value, "frontier.json",
+                           {"alpha": float(cfg.alpha), "lambda": float(cfg.negation_lambda),
+                            "picks": result})
   print(frontier.format_table(result))
   print(f"wrote {path} ({time.time() - t0:.0f} s)")
 

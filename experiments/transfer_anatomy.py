@@ -24,7 +24,6 @@ labels, as an evaluation does, to split two things:
 Writes WORKDIR/anatomy.json and prints the tables (``platonic_jax.eval.anatomy``).
 """
 
-import json
 import os
 import time
 
@@ -39,30 +38,19 @@ _WORKDIR = flags.DEFINE_string("workdir", "workdir/anatomy", "where anatomy.json
 def main(argv):
   del argv
   from experiments import launch
-  from platonic_jax import pipeline
   from platonic_jax.eval.anatomy import descriptor_agreement, format_tables, shift_parts
 
   logging.set_verbosity(logging.WARNING)
   t0 = time.time()
   log = launch.timed_log()
   cfg = _CONFIG.value
-  launch.configure(cfg, "transfer_anatomy")  # refuse a bad config before building anything
-  families = tuple(cfg.families) or tuple(cfg.world.families)
-  if len(families) < 2:
-    raise ValueError(f"transfer_anatomy needs at least two families, got {list(families)}")
-  launch.use_compilation_cache(cfg)
-  world = launch.build_world(cfg, log)
-  p = pipeline.prepare(world, cfg, log)  # the main job's stages 1-3
+  world, p = launch.prepare(cfg, "transfer_anatomy", log)  # the main job's stages 1-3
   strengths = {"addition": float(cfg.alpha), "negation": -float(cfg.negation_lambda)}
   shift, by_task = shift_parts(world.models, p.tasks, p.emb, p.ops, p.names, p.controls, p.zs,
                                strengths)
   result = {"strengths": strengths, "shift": shift, "operator_by_task": by_task,
             "agreement": descriptor_agreement(p.sources, p.tasks, p.names, list(world.models))}
-  os.makedirs(_WORKDIR.value, exist_ok=True)
-  path = os.path.join(_WORKDIR.value, "anatomy.json")
-  with open(path + ".tmp", "w") as f:
-    json.dump(result, f, indent=2, sort_keys=True)
-  os.replace(path + ".tmp", path)
+  path = launch.write_json(_WORKDIR.value, "anatomy.json", result)
   print(format_tables(result))
   print(f"wrote {path} ({time.time() - t0:.0f} s)")
 

@@ -176,6 +176,7 @@ def test_strength_frontier_reproduces_the_main_jobs_rows(run, run_1se, cache, tm
     ("--picks=", "no picks given"),
     ("--picks=min,min", "repeated picks"),
     ("--config.selection_rule=best", "unknown selection rule 'best'"),
+    ("--config.families=('clip-a',)", "strength_frontier needs at least two families"),
 ])
 def test_strength_frontier_refuses_bad_arguments_before_building(tmp_path, override, match):
   _refuses(tmp_path, "experiments.strength_frontier", override, match)

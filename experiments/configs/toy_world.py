@@ -12,7 +12,7 @@ the default world with look-alike class pairs swapped in the captions (the earli
 ``captions.swap`` below). Fields:
 
   seed: everything (images, captions, initialisation, probes) derives from it.
-  image_size: square RGB images (a multiple of 16).
+  image_size: square RGB images (a multiple of 16, at least 32).
   max_text_length: the text towers' max_position_embeddings (captions are padded to it).
   cache_dir: where pretrained weights are cached ("" -> $PLATONIC_JAX_CACHE or
     ~/.cache/platonic_jax).
@@ -23,8 +23,10 @@ the default world with look-alike class pairs swapped in the captions (the earli
     of a conflated class is called by its partner's name; captions.swap / swap_rate: swapped
     class pairs (both classes called by the other's name at that rate; per attribute explicit
     pairs of class names, or a count of captions.CONFUSIONS's first pairs); captions.noise:
-    wrong-value rates. (Together they set how well the pretrained models know each attribute
-    and how far their zero-shot heads fall short of what their embeddings hold.)
+    per attribute, how often a mentioned value is replaced by one drawn uniformly (which may be
+    the true one). Rates lie in [0, 1], view weights are integers >= 0. (Together they set
+    how well the pretrained models know each attribute and how far their zero-shot heads fall
+    short of what their embeddings hold.)
   pretrain: the contrastive trainer (platonic_jax.core.pretrain.PretrainConfig) plus batch_size.
   tasks: n_train / n_test images (shared pools for all ten tasks), n_probes per task.
   families: name -> vision / text tower sizes, projection_dim, optional steps override, arch:

@@ -49,6 +49,12 @@ class PretrainConfig:
   log_every: int = 100
   duplicates_positive: bool = True
 
+  def __post_init__(self):
+    for name, low in (("steps", 1), ("log_every", 1), ("warmup_steps", 0)):
+      v = getattr(self, name)
+      if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise ValueError(f"PretrainConfig.{name} must be an integer >= {low}, got {v!r}")
+
 
 def clip_loss(img: jax.Array, txt: jax.Array, logit_scale: jax.Array,
               logit_bias: jax.Array | None = None,
@@ -157,7 +163,9 @@ def pretrain(module: nnx.Module, batches: Iterable[Mapping[str, np.ndarray]],
   "compile_seconds", "cpu_seconds" (process CPU time, all threads), "steps"}.
   """
   graphdef, param_state, rest = nnx.split(nnx.clone(module), nnx.Param, ...)
-  params = nnx.to_pure_dict(param_state)
+  # The clone shares the input's arrays and the step donates its parameters: copy them, so the
+  # input module keeps its own.
+  params = jax.tree.map(jnp.copy, nnx.to_pure_dict(param_state))
   tx = make_optimizer(cfg)
   opt_state = tx.init(params)
   step = make_train_step(graphdef, rest, tx, cfg)

@@ -245,6 +245,70 @@ def test_view_schedule_cycles_views_by_weight():
   assert world_lib.view_schedule(cap) == ["a", "b", "b"]
   with pytest.raises(ValueError, match="unknown views"):
     world_lib.view_schedule({"views": {"a": {}}, "view_weights": {"c": 1}})
+  for bad in (-2, 1.7, True):
+    with pytest.raises(ValueError, match="view_weights must be integers >= 0"):
+      world_lib.view_schedule({"views": {"a": {}, "b": {}}, "view_weights": {"a": bad}})
+
+
+def test_caption_rates_outside_zero_one_are_refused():
+  attrs = {a: np.zeros(4, np.int64) for a in captions.ATTRIBUTES}
+  rng = np.random.default_rng(0)
+  for kw, match in ((dict(mention={"shape": 5.0}), "mention rates"),
+                    (dict(mention={"shape": 1.0}, noise={"shape": -0.1}), "noise rates"),
+                    (dict(mention={"shape": 1.0}, swap_rate=3.0), "swap_rate"),
+                    (dict(mention={"shape": 1.0}, confuse_rate=-1.0), "confuse_rate")):
+    with pytest.raises(ValueError, match=match):
+      captions.caption_ids(attrs, rng, **kw)
+
+
+def test_world_key_is_the_same_for_a_config_and_its_plain_dict_and_refuses_unknown_families(
+    tmp_path):
+  config = toy_world.get_config("micro")
+  config.cache_dir = str(tmp_path / "cache")
+  for fam in config.families:
+    assert world_lib.family_key(config, fam) == world_lib.family_key(config.to_dict(), fam)
+    assert world_lib.family_cache_dir(config, fam) == world_lib.family_cache_dir(
+        config.to_dict(), fam)
+  for call in (lambda: world_lib.family_key(config, "clip-z"),
+               lambda: world_lib.is_cached(config, "clip-z"),
+               lambda: world_lib.build_world(config, log=None, families=("clip-a", "clip-z"))):
+    with pytest.raises(ValueError, match="unknown family 'clip-z'"):
+      call()
+  with pytest.raises(ValueError, match=r"repeated families \['clip-a'\]"):
+    world_lib.build_world(config, log=None, families=("clip-a", "clip-a"))
+  assert not (tmp_path / "cache").exists()  # refused before anything was built
+
+
+def test_pretrain_leaves_its_input_module_usable_and_unchanged():
+  import dataclasses
+
+  import jax
+  from flax import nnx
+  config = toy_world.get_config("micro").to_dict()
+  config["pool_size"] = 64
+  module = world_lib.init_module(config, "clip-a")
+  before = jax.tree.map(np.array, nnx.to_pure_dict(nnx.state(module, nnx.Param)))
+  cfg = dataclasses.replace(world_lib.pretrain_config(config, "clip-a"), steps=2, log_every=1)
+  trained, history = pretrain_lib.pretrain(
+      module, world_lib.pretrain_batches(config, "clip-a", *world_lib.pretrain_pool(config)), cfg)
+  after = jax.tree.map(np.array, nnx.to_pure_dict(nnx.state(module, nnx.Param)))
+  assert jax.tree.all(jax.tree.map(np.array_equal, before, after))  # not donated away
+  moved = jax.tree.map(lambda a, b: not np.array_equal(a, b), before,
+                       nnx.to_pure_dict(nnx.state(trained, nnx.Param)))
+  assert any(jax.tree.leaves(moved)) and len(history["loss"]) == 2
+  pixels = np.zeros((1, 3, 32, 32), np.float32)
+  assert module.encode_image(pixels).shape == trained.encode_image(pixels).shape
+  for bad in (dict(steps=0), dict(log_every=0), dict(warmup_steps=-1), dict(steps=2.5)):
+    with pytest.raises(ValueError, match=f"PretrainConfig.{next(iter(bad))} must be an integer"):
+      dataclasses.replace(cfg, **bad)
+
+
+def test_images_below_32_pixels_are_refused():
+  attrs = {a: np.zeros(2, np.int64) for a in render.ATTRIBUTES}
+  for size in (16, 40):
+    with pytest.raises(ValueError, match="multiple of 16 and at least 32"):
+      render.render(attrs, [0], size=size)
+  assert render.render(attrs, [0], size=48).shape == (2, 3, 48, 48)
 
 
 def test_tokenizer_saves_loads_and_its_eos_is_not_two(tmp_path):

@@ -161,6 +161,11 @@ def caption_ids(attrs: Mapping[str, np.ndarray], rng: np.random.Generator,
   unknown = (set(mention) | set(noise) | set(confuse) | set(swap)) - set(ATTRIBUTES)
   if unknown:
     raise ValueError(f"unknown attributes in caption settings: {sorted(unknown)}")
+  for what, rates in (("mention rates", mention), ("noise rates", noise),
+                      ("rates", {"confuse_rate": confuse_rate, "swap_rate": swap_rate})):
+    bad = {a: r for a, r in rates.items() if not 0.0 <= float(r) <= 1.0}
+    if bad:
+      raise ValueError(f"caption {what} must lie in [0, 1], got {bad}")
   both = sorted(a for a in set(confuse) & set(swap) if confuse[a] and swap[a])
   if both:
     raise ValueError(f"attributes both conflated and swapped: {both}; choose one per attribute")

@@ -213,8 +213,9 @@ def render(attrs: dict[str, np.ndarray], seed, size: int = 32, chunk: int = 1024
   rendered in chunks of ``chunk`` with independent child streams, so the result does not depend
   on memory limits but does depend on ``chunk`` (keep the default).
   """
-  if size % 16:
-    raise ValueError(f"image size must be a multiple of 16, got {size}")
+  if size % 16 or size < 32:
+    # below 32 pixels the digit glyph (10 pixels tall at size 16) spills out of its quadrant
+    raise ValueError(f"image size must be a multiple of 16 and at least 32, got {size}")
   missing = set(ATTRIBUTES) - set(attrs)
   if missing:
     raise ValueError(f"attributes missing: {sorted(missing)}")

@@ -127,8 +127,17 @@ def pretrain_config(config: Mapping, family: str):
   return PretrainConfig(**p)
 
 
+def check_family(config: Mapping, family: str) -> None:
+  """ValueError naming ``family`` when the world config has no such family."""
+  if family not in config["families"]:
+    raise ValueError(f"unknown family {family!r}; the config has {sorted(config['families'])}")
+
+
 def family_key(config: Mapping, family: str) -> str:
-  """sha256 of everything that determines the family's pretrained weights."""
+  """sha256 of everything that determines the family's pretrained weights (the same for a
+  ConfigDict and its plain-dict form); ValueError for an unknown family."""
+  config = _plain(config)
+  check_family(config, family)
   content = {
       "version": WORLD_VERSION, "family": family, "hf_config": hf_config(config, family),
       "seed": config["seed"], "image_size": config["image_size"],
@@ -219,6 +228,10 @@ def view_schedule(cap: Mapping) -> list[str]:
   unknown = set(weights) - set(cap["views"])
   if unknown:
     raise ValueError(f"view_weights name unknown views {sorted(unknown)}")
+  bad = {v: w for v, w in weights.items()
+         if isinstance(w, bool) or not isinstance(w, int) or w < 0}
+  if bad:
+    raise ValueError(f"view_weights must be integers >= 0, got {bad}")
   cycle = [v for v in sorted(cap["views"]) for _ in range(int(weights.get(v, 1)))]
   if not cycle:
     raise ValueError("captions.views is empty (or all weights are 0)")
@@ -280,8 +293,7 @@ def build_family(config, family: str, *, pool=None, log: Callable[[str], None] |
   """
   from platonic_jax.core import pretrain as pretrain_lib
   config = _plain(config)
-  if family not in config["families"]:
-    raise ValueError(f"unknown family {family!r}; the config has {sorted(config['families'])}")
+  check_family(config, family)
   out_dir = family_cache_dir(config, family)
   if os.path.isfile(os.path.join(out_dir, _COMPLETE)):
     t0 = time.perf_counter()
@@ -334,10 +346,16 @@ def build_world(config, *, log: Callable[[str], None] | None = print,
                 families: tuple[str, ...] | None = None) -> World:
   """Tasks plus pretrained families (cached) of a world config (``toy_world.get_config()``).
 
-  families: a subset of the config's families to build (default all, in name order).
+  families: a subset of the config's families to build (default all, in name order); an
+  unknown or repeated name is refused before anything is built.
   """
   config = _plain(config)
   names = tuple(families) if families is not None else tuple(sorted(config["families"]))
+  for name in names:
+    check_family(config, name)
+  repeated = sorted({n for n in names if names.count(n) > 1})
+  if repeated:
+    raise ValueError(f"repeated families {repeated}")
   models, info, pool = {}, {}, None
   for name in names:
     if pool is None and not is_cached(config, name):

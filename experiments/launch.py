@@ -21,9 +21,10 @@ def configure(cfg, who: str | None = None) -> list[str]:
   """Checks and seeds a main-job config before anything is built; returns its task names.
 
   Refuses, with a ValueError naming the problem: a config of another experiment (when ``who``,
-  the launcher's name, is given: it takes the main job's config only), unknown downstream tasks
-  or an unknown ``selection_rule`` (``pipeline.check_config``). Then ``cfg.seed`` seeds the world
-  and the source fine-tunes.
+  the launcher's name, is given: it takes the main job's config only) and whatever
+  ``pipeline.check_config`` refuses (unknown or repeated tasks and families, fewer than two
+  tasks, an unknown ``selection_rule``, bad strengths or counts). Then ``cfg.seed`` seeds the
+  world and the source fine-tunes.
   """
   from platonic_jax import pipeline
   from platonic_jax.data.toyworld import DOWNSTREAM
@@ -35,6 +36,13 @@ def configure(cfg, who: str | None = None) -> list[str]:
     cfg.world.seed = cfg.seed
     cfg.source.seed = cfg.seed
   return names
+
+
+def check_workdir(workdir: str) -> None:
+  """ValueError when ``workdir`` exists and is not a directory (refused before building, so a
+  run does not compute for minutes and then fail to write)."""
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise ValueError(f"--workdir {workdir!r} exists and is not a directory")
 
 
 def use_compilation_cache(cfg) -> None:

@@ -43,6 +43,7 @@ def main(argv):
     tables.main(config, _WORKDIR.value if flags.FLAGS["workdir"].present else None, log)
     return
   launch.configure(config)  # refuse a bad config before building anything; seed it
+  launch.check_workdir(_WORKDIR.value)
   launch.use_compilation_cache(config)
   subset = tuple(config.families) or None
   if _KEEP_MEMORY.value and all(is_cached(config.world, f)

@@ -47,6 +47,7 @@ def main(argv):
   # refuse bad arguments before building anything
   multipliers = frontier.check_multipliers(_MULTIPLIERS.value)
   picks = frontier.check_picks(_PICKS.value)
+  launch.check_workdir(_WORKDIR.value)
   world, p = launch.prepare(cfg, "strength_frontier", log)  # the main job's stages 1-3
   models = list(world.models)
   calibrate = bool(cfg.get("calibrate", False))

@@ -44,6 +44,7 @@ def main(argv):
   t0 = time.time()
   log = launch.timed_log()
   cfg = _CONFIG.value
+  launch.check_workdir(_WORKDIR.value)
   world, p = launch.prepare(cfg, "transfer_anatomy", log)  # the main job's stages 1-3
   strengths = {"addition": float(cfg.alpha), "negation": -float(cfg.negation_lambda)}
   shift, by_task = shift_parts(world.models, p.tasks, p.emb, p.ops, p.names, p.controls, p.zs,

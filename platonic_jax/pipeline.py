@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import itertools
 import json
+import math
 import operator
 import os
 import time
@@ -375,7 +376,9 @@ def choose_adapter_cells(models: Sequence[str], names: Sequence[str], n: int, se
   the setting alternates over the targets within a round and flips for each target from one
   round to the next, so every ``2M`` cells give each target one same-model and one cross-model
   cell (were it the parity of ``i`` alone, an even M would tie half the targets to each setting
-  for good). The first ``M`` cells are the same for every ``n >= M``.
+  for good). The first ``M`` cells are the same for every ``n >= M``. A cell drawn again is kept
+  once (possible beyond ``2M`` cells, or with one family), so each list holds at most ``n``
+  distinct cells, in the order drawn.
   """
   rng = np.random.default_rng(seed)
   models = list(models)
@@ -390,12 +393,13 @@ def choose_adapter_cells(models: Sequence[str], names: Sequence[str], n: int, se
     add.append((tg, ((a, b), (s, s))))
     t = names[rng.integers(len(names))]
     neg.append((tg, ((t,), (s,))))
-  return {"addition": add, "negation": neg}
+  return {"addition": list(dict.fromkeys(add)), "negation": list(dict.fromkeys(neg))}
 
 
 def negation_curve(models, tasks, emb, ops, names, controls, zs, strengths) -> dict:
   """Figure 2: mean cross-model closed-form accuracy of the removed task and of the controls
-  against the negation strength (absolute percent)."""
+  against the negation strength (absolute percent); None at every strength when there is no
+  cross-model cell (one family)."""
   removed, ctrl = [], []
   for lam in strengths:
     r, c = [], []
@@ -408,8 +412,8 @@ def negation_curve(models, tasks, emb, ops, names, controls, zs, strengths) -> d
           accs = closed_form_accs(e, tasks, (t,) + tuple(controls), [(ops[(tg, t, s)], -lam)])
           r.append(accs[t])
           c.append(np.mean([accs[x] for x in controls]))
-    removed.append(float(np.mean(r)))
-    ctrl.append(float(np.mean(c)))
+    removed.append(float(np.mean(r)) if r else None)
+    ctrl.append(float(np.mean(c)) if c else None)
   return {"strength": list(map(float, strengths)), "removed": removed, "controls": ctrl}
 
 
@@ -481,8 +485,9 @@ def plot_negation_curve(curve: dict, path: str, zero_shot: Mapping[str, float] |
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   fig, ax = plt.subplots(figsize=(5, 3.5))
-  ax.plot(curve["strength"], curve["removed"], "o-", label="removed task")
-  ax.plot(curve["strength"], curve["controls"], "s-", label="controls")
+  nan = lambda v: [float("nan") if x is None else x for x in v]  # no cross-model cell: empty
+  ax.plot(curve["strength"], nan(curve["removed"]), "o-", label="removed task")
+  ax.plot(curve["strength"], nan(curve["controls"]), "s-", label="controls")
   ax.set_xlabel("negation strength $\\lambda$")
   ax.set_ylabel("accuracy (%)")
   ax.set_title("Cross-model closed-form negation")
@@ -496,19 +501,61 @@ def plot_negation_curve(curve: dict, path: str, zero_shot: Mapping[str, float] |
 
 def task_names(cfg, downstream: Sequence[str]) -> list[str]:
   """The downstream tasks ``cfg.tasks`` names (every one of ``downstream`` when empty);
-  ValueError naming any the world does not have."""
+  ValueError naming any the world does not have, or any named twice."""
   names = list(cfg.tasks) or list(downstream)
   unknown = sorted(set(names) - set(downstream))
   if unknown:
     raise ValueError(f"unknown downstream tasks {unknown}; the world has {list(downstream)}")
+  _check_unique("downstream tasks", names)
   return names
 
 
+def _check_unique(what: str, names: Sequence[str]) -> None:
+  repeated = sorted({n for n in names if list(names).count(n) > 1})
+  if repeated:
+    raise ValueError(f"repeated {what} {repeated}")
+
+
+def _check_number(name: str, v, *, low: float, strict: bool) -> None:
+  ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        and (v > low if strict else v >= low))
+  if not ok:
+    raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {low:g}, "
+                     f"got {v!r}")
+
+
+def _check_int(name: str, v, low: int) -> None:
+  if isinstance(v, bool) or not isinstance(v, int) or v < low:
+    raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+
+
 def check_config(cfg, downstream: Sequence[str]) -> list[str]:
-  """Refuses a main-job config before anything is built: unknown downstream tasks
-  (``task_names``) or an unknown ``selection_rule``. Returns the task names."""
+  """Refuses a main-job config before anything is built, with a ValueError naming the problem:
+  unknown or repeated downstream tasks (``task_names``), fewer than two of them (addition cells
+  compose task pairs), families that ``cfg.world`` does not have or that are named twice, an
+  unknown ``selection_rule``, strengths (``alpha``, ``negation_lambda``,
+  ``weight_space_lambda``) that are not finite and > 0, ``negation_strengths`` that are not a
+  non-empty list of finite numbers >= 0, ``folds`` below 2, ``adapter.cells`` below 0. Returns
+  the task names."""
   names = task_names(cfg, downstream)
+  if len(names) < 2:
+    raise ValueError(f"the main job needs at least two downstream tasks (addition composes "
+                     f"pairs), got {names}")
+  families, known = list(cfg.get("families") or ()), list(cfg.world.families)
+  unknown = sorted(set(families) - set(known))
+  if unknown:
+    raise ValueError(f"unknown families {unknown}; the world has {known}")
+  _check_unique("families", families)
   check_rule(cfg.get("selection_rule", "min"))
+  for name in ("alpha", "negation_lambda", "weight_space_lambda"):
+    _check_number(name, cfg[name], low=0, strict=True)
+  strengths = cfg.negation_strengths
+  if isinstance(strengths, (str, bytes)) or not isinstance(strengths, Sequence) or not strengths:
+    raise ValueError(f"negation_strengths must be a non-empty list of numbers, got {strengths!r}")
+  for v in strengths:
+    _check_number("every negation strength", v, low=0, strict=False)
+  _check_int("folds", cfg.folds, 2)
+  _check_int("adapter.cells", cfg.adapter.cells, 0)
   return names
 
 
@@ -574,12 +621,30 @@ def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
   summary["runtime_s"] = round(time.time() - t0 + sum(
       i.get("seconds", 0.0) for i in getattr(world, "pretrain_info", {}).values()
       if not i.get("cached")), 1)
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, "results.jsonl"), "w") as f:
-    for r in records:
-      f.write(json.dumps(r, sort_keys=True) + "\n")
-  with open(os.path.join(workdir, "summary.json"), "w") as f:
-    json.dump(summary, f, indent=2, sort_keys=True)
-  plot_negation_curve(curve, os.path.join(workdir, "negation.png"))
+  write_outputs(workdir, records, summary, curve)
   log(format_tables(records, controls))
   return summary
+
+
+OUTPUTS = ("results.jsonl", "summary.json", "negation.png")
+
+
+def write_outputs(workdir: str, records: Sequence[dict], summary: dict, curve: dict) -> None:
+  """Writes ``OUTPUTS`` into ``workdir``: each to a temporary sibling first (the plot, the one
+  most likely to fail, first of all), then all three renamed into place, so a failure leaves the
+  workdir as it was (temporaries removed)."""
+  os.makedirs(workdir, exist_ok=True)
+  tmp = {n: os.path.join(workdir, f".tmp-{n}") for n in OUTPUTS}  # keeps the extension
+  try:
+    plot_negation_curve(curve, tmp["negation.png"])
+    with open(tmp["results.jsonl"], "w") as f:
+      for r in records:
+        f.write(json.dumps(r, sort_keys=True) + "\n")
+    with open(tmp["summary.json"], "w") as f:
+      json.dump(summary, f, indent=2, sort_keys=True)
+    for n in OUTPUTS:
+      os.replace(tmp[n], os.path.join(workdir, n))
+  finally:
+    for path in tmp.values():
+      if os.path.exists(path):
+        os.remove(path)

@@ -177,6 +177,7 @@ def test_strength_frontier_reproduces_the_main_jobs_rows(run, run_1se, cache, tm
     ("--picks=min,min", "repeated picks"),
     ("--config.selection_rule=best", "unknown selection rule 'best'"),
     ("--config.families=('clip-a',)", "strength_frontier needs at least two families"),
+    ("--config.families=('clip-a', 'clip-a')", "repeated families ['clip-a']"),
 ])
 def test_strength_frontier_refuses_bad_arguments_before_building(tmp_path, override, match):
   _refuses(tmp_path, "experiments.strength_frontier", override, match)
@@ -185,6 +186,9 @@ def test_strength_frontier_refuses_bad_arguments_before_building(tmp_path, overr
 @pytest.mark.parametrize("override,match", [
     ("--config.selection_rule=best", "unknown selection rule 'best'"),
     ("--config.tasks=('shape', 'colour')", "unknown downstream tasks"),
+    ("--config.families=('clip-a', 'clip-z')", "unknown families ['clip-z']"),
+    ("--config.tasks=('shape',)", "at least two downstream tasks"),
+    ("--config.negation_lambda=-1", "negation_lambda must be a finite number > 0"),
 ])
 def test_main_job_refuses_bad_configs_before_building(tmp_path, override, match):
   _refuses(tmp_path, "experiments.main", override, match)

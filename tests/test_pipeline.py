@@ -1,5 +1,7 @@
 """The main job's operator stage on a synthetic three-family world: the consensus source."""
 
+import json
+import os
 import types
 
 import ml_collections
@@ -106,3 +108,89 @@ def test_frontier_refuses_consensus_operators_on_some_targets_only():
   del ops[("b", "t", pipeline.CONSENSUS)]
   with pytest.raises(ValueError, match="consensus operators are missing for some"):
     frontier.frontier(list(models), None, emb, ops, ["t"], [], {}, 0.5, 1.0, [1.0])
+
+
+# ---- the main job's config checks and outputs ------------------------------------------------
+
+def _micro_config(**overrides):
+  from experiments.configs import main as main_cfg
+  cfg = main_cfg.get_config("micro")
+  for path, v in overrides.items():
+    node, *rest = path.split("__")
+    if rest:
+      cfg[node][rest[0]] = v
+    else:
+      cfg[node] = v
+  return cfg
+
+
+def test_check_config_accepts_every_variant():
+  from experiments.configs import main as main_cfg
+  from platonic_jax.data.toyworld import DOWNSTREAM
+  for variant in ("", "micro", "wide", "lookalike"):
+    names = pipeline.check_config(main_cfg.get_config(variant), DOWNSTREAM)
+    assert len(names) >= 2
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (dict(tasks=("shape",)), "at least two downstream tasks"),
+    (dict(tasks=("shape", "shape", "color")), r"repeated downstream tasks \['shape'\]"),
+    (dict(families=("clip-a", "clip-z")), r"unknown families \['clip-z'\]"),
+    (dict(families=("clip-a", "clip-a")), r"repeated families \['clip-a'\]"),
+    (dict(alpha=float("nan")), "alpha must be a finite number > 0"),
+    (dict(negation_lambda=-1.0), "negation_lambda must be a finite number > 0"),
+    (dict(weight_space_lambda=0.0), "weight_space_lambda must be a finite number > 0"),
+    (dict(negation_strengths=[]), "negation_strengths must be a non-empty list"),
+    (dict(negation_strengths=[0.0, float("inf")]), "every negation strength must be a finite"),
+    (dict(negation_strengths=[-0.5]), "every negation strength must be a finite number >= 0"),
+    (dict(folds=1), "folds must be an integer >= 2"),
+    (dict(adapter__cells=-1), "adapter.cells must be an integer >= 0"),
+])
+def test_check_config_refuses(overrides, match):
+  from platonic_jax.data.toyworld import DOWNSTREAM
+  with pytest.raises(ValueError, match=match):
+    pipeline.check_config(_micro_config(**overrides), DOWNSTREAM)
+
+
+def test_adapter_cells_drawn_twice_are_kept_once():
+  chosen = pipeline.choose_adapter_cells(["a"], ["s", "t"], 6, seed=0)  # one family: same-model
+  for kind, cells in chosen.items():
+    assert len(cells) == len(set(cells)) >= 1, kind
+    assert all(tg == "a" and set(c[1]) == {"a"} for tg, c in cells)
+  assert len(chosen["addition"]) == 1  # a single task pair and source exist
+
+
+def test_negation_curve_without_cross_model_cells_is_none_and_plots(tmp_path):
+  models, emb, sources, cfg = _world()
+  one = {"a": models["a"]}
+  ops = pipeline.solve_operators(one, None, emb, sources, ["t"], cfg, log=lambda s: None)
+  curve = pipeline.negation_curve(one, None, emb, ops, ["t"], [], {}, [0.0, 1.0])
+  assert curve == {"strength": [0.0, 1.0], "removed": [None, None], "controls": [None, None]}
+  json.dumps(curve, allow_nan=False)  # strict JSON: no NaN
+  assert os.path.getsize(pipeline.plot_negation_curve(curve, str(tmp_path / "c.png"))) > 0
+
+
+def test_outputs_are_replaced_together_or_not_at_all(tmp_path, monkeypatch):
+  curve = {"strength": [0.0, 1.0], "removed": [50.0, 30.0], "controls": [80.0, 78.0]}
+  records, summary = [{"kind": "addition", "composed": 1.0}], {"runtime_s": 1.0}
+  pipeline.write_outputs(str(tmp_path), records, summary, curve)
+  assert sorted(os.listdir(tmp_path)) == sorted(pipeline.OUTPUTS)
+  assert json.load(open(tmp_path / "summary.json")) == summary
+  before = {n: open(tmp_path / n, "rb").read() for n in pipeline.OUTPUTS}
+
+  def fail(*args, **kwargs):
+    raise RuntimeError("write failed")
+  monkeypatch.setattr(pipeline.json, "dump", fail)  # fails after the plot and the records
+  with pytest.raises(RuntimeError, match="write failed"):
+    pipeline.write_outputs(str(tmp_path), records * 2, {"runtime_s": 2.0}, curve)
+  assert sorted(os.listdir(tmp_path)) == sorted(pipeline.OUTPUTS)  # no temporaries left
+  assert {n: open(tmp_path / n, "rb").read() for n in pipeline.OUTPUTS} == before
+
+
+def test_a_workdir_that_is_a_file_is_refused(tmp_path):
+  from experiments import launch
+  launch.check_workdir(str(tmp_path))
+  launch.check_workdir(str(tmp_path / "new"))
+  (tmp_path / "f").write_text("x")
+  with pytest.raises(ValueError, match="exists and is not a directory"):
+    launch.check_workdir(str(tmp_path / "f"))

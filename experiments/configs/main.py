@@ -46,8 +46,12 @@ Fields:
     option; on by default because models of different families spread their cosines
     differently (on the look-alike toy world it cuts what cross-model edits cost the controls
     by ~40 %).
-  alpha / negation_lambda: closed-form strengths of addition and negation.
-  weight_space_lambda: the weight-space baseline's lambda per task vector.
+  alpha / negation_lambda: the strengths of addition and negation: the closed form's alpha per
+    term, and the lambda every negation cell subtracts at, the closed form's operator and the
+    weight-space baseline's task vector alike (the issue's negation cells at lambda = 1). All
+    three strengths must be finite and > 0.
+  weight_space_lambda: the weight-space baseline's lambda per task vector in addition (METHOD's
+    default 0.5); its negation cells use negation_lambda.
   adapter: the adapter realization (rank 16, steps, lr, batch, keep) and how many addition and
     negation cells it runs on (a seeded subset that the output names). It fits each term's
     probes. cells = 8 gives each of the four targets one same-model and one cross-model cell of

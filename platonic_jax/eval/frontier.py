@@ -31,8 +31,8 @@ PICKS = ("min", "1se", "cap2")
 
 
 def check_multipliers(multipliers: Sequence[float]) -> tuple[float, ...]:
-  """The multipliers as floats; ValueError for an empty list, a repeated value, or one that is
-  not finite and > 0."""
+  """The multipliers as floats; ValueError for an empty list, a repeated value (also two values
+  that ``frontier.json`` would key alike, ``f"{m:g}"``), or one that is not finite and > 0."""
   out = []
   for m in multipliers:
     try:
@@ -41,7 +41,7 @@ def check_multipliers(multipliers: Sequence[float]) -> tuple[float, ...]:
       raise ValueError(f"strength multiplier {m!r} is not a number") from None
     if not np.isfinite(x) or x <= 0:
       raise ValueError(f"strength multiplier {m!r} must be finite and > 0")
-    if x in out:
+    if x in out or f"{x:g}" in {f"{y:g}" for y in out}:
       raise ValueError(f"strength multiplier {m!r} is repeated")
     out.append(x)
   if not out:

@@ -231,6 +231,7 @@ def test_frontier_picks_on_a_hand_made_table():
   assert check_multipliers(["0.5", 1, 2.0]) == (0.5, 1.0, 2.0)
   for bad, match in ((["0"], "must be finite and > 0"), ([float("nan")], "must be finite"),
                      (["1", "1.0"], "'1.0' is repeated"),
+                     (["1", "1.0000001"], "'1.0000001' is repeated"),  # frontier.json keys by :g
                      (["a"], "not a number"), ([], "no strength multipliers")):
     with pytest.raises(ValueError, match=match):
       check_multipliers(bad)

@@ -35,7 +35,7 @@ from platonic_jax import embed as embed_lib
 from platonic_jax.core import adapter as adapter_lib
 from platonic_jax.core import baselines, train
 from platonic_jax.core.analysis import calibration_factor, consensus, random_utd
-from platonic_jax.core.descriptor import Descriptor, Provenance
+from platonic_jax.core.descriptor import Descriptor, Provenance, check_int
 from platonic_jax.core.grid import make_grid
 from platonic_jax.core.operator import Operator, apply_operators
 from platonic_jax.core.select import check_rule, select_rank_ridge
@@ -524,11 +524,6 @@ def _check_number(name: str, v, *, low: float, strict: bool) -> None:
                      f"got {v!r}")
 
 
-def _check_int(name: str, v, low: int) -> None:
-  if isinstance(v, bool) or not isinstance(v, int) or v < low:
-    raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
-
-
 def check_config(cfg, downstream: Sequence[str]) -> list[str]:
   """Refuses a main-job config before anything is built, with a ValueError naming the problem:
   unknown or repeated downstream tasks (``task_names``), fewer than two of them (addition cells
@@ -541,11 +536,8 @@ def check_config(cfg, downstream: Sequence[str]) -> list[str]:
   if len(names) < 2:
     raise ValueError(f"the main job needs at least two downstream tasks (addition composes "
                      f"pairs), got {names}")
-  families, known = list(cfg.get("families") or ()), list(cfg.world.families)
-  unknown = sorted(set(families) - set(known))
-  if unknown:
-    raise ValueError(f"unknown families {unknown}; the world has {known}")
-  _check_unique("families", families)
+  from platonic_jax.data.toyworld.world import check_families
+  check_families(cfg.world, list(cfg.get("families") or ()))
   check_rule(cfg.get("selection_rule", "min"))
   for name in ("alpha", "negation_lambda", "weight_space_lambda"):
     _check_number(name, cfg[name], low=0, strict=True)
@@ -554,8 +546,8 @@ def check_config(cfg, downstream: Sequence[str]) -> list[str]:
     raise ValueError(f"negation_strengths must be a non-empty list of numbers, got {strengths!r}")
   for v in strengths:
     _check_number("every negation strength", v, low=0, strict=False)
-  _check_int("folds", cfg.folds, 2)
-  _check_int("adapter.cells", cfg.adapter.cells, 0)
+  check_int("folds", cfg.folds, 2)
+  check_int("adapter.cells", cfg.adapter.cells, 0)
   return names
 
 

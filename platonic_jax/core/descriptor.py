@@ -80,6 +80,12 @@ def check_finite(name: str, x) -> None:
     raise ValueError(f"{name} contains NaN or inf ({bad} non-finite entries)")
 
 
+def check_int(name: str, v, low: int) -> None:
+  """Raise ValueError naming `name` unless `v` is an int (not a bool) and at least `low`."""
+  if isinstance(v, bool) or not isinstance(v, int) or v < low:
+    raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+
+
 def check_labels(labels, n: int, C: int) -> np.ndarray:
   """`labels` as int32 `(n,)` with every value in `[0, C)`; ValueError naming the problem."""
   labels = np.asarray(labels)

@@ -24,6 +24,8 @@ import numpy as np
 import optax
 from flax import nnx
 
+from platonic_jax.core.descriptor import check_int
+
 
 @dataclasses.dataclass(frozen=True)
 class PretrainConfig:
@@ -51,9 +53,7 @@ class PretrainConfig:
 
   def __post_init__(self):
     for name, low in (("steps", 1), ("log_every", 1), ("warmup_steps", 0)):
-      v = getattr(self, name)
-      if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        raise ValueError(f"PretrainConfig.{name} must be an integer >= {low}, got {v!r}")
+      check_int(f"PretrainConfig.{name}", getattr(self, name), low)
 
 
 def clip_loss(img: jax.Array, txt: jax.Array, logit_scale: jax.Array,

@@ -41,7 +41,7 @@ def check_multipliers(multipliers: Sequence[float]) -> tuple[float, ...]:
       raise ValueError(f"strength multiplier {m!r} is not a number") from None
     if not np.isfinite(x) or x <= 0:
       raise ValueError(f"strength multiplier {m!r} must be finite and > 0")
-    if x in out or f"{x:g}" in {f"{y:g}" for y in out}:
+    if f"{x:g}" in {f"{y:g}" for y in out}:  # equal values key alike too
       raise ValueError(f"strength multiplier {m!r} is repeated")
     out.append(x)
   if not out:

@@ -133,6 +133,16 @@ def check_family(config: Mapping, family: str) -> None:
     raise ValueError(f"unknown family {family!r}; the config has {sorted(config['families'])}")
 
 
+def check_families(config: Mapping, names) -> None:
+  """ValueError naming the ``names`` the world config has no family of, or names given twice."""
+  unknown = sorted(set(names) - set(config["families"]))
+  if unknown:
+    raise ValueError(f"unknown families {unknown}; the world has {sorted(config['families'])}")
+  repeated = sorted({n for n in names if list(names).count(n) > 1})
+  if repeated:
+    raise ValueError(f"repeated families {repeated}")
+
+
 def family_key(config: Mapping, family: str) -> str:
   """sha256 of everything that determines the family's pretrained weights (the same for a
   ConfigDict and its plain-dict form); ValueError for an unknown family."""
@@ -351,11 +361,7 @@ def build_world(config, *, log: Callable[[str], None] | None = print,
   """
   config = _plain(config)
   names = tuple(families) if families is not None else tuple(sorted(config["families"]))
-  for name in names:
-    check_family(config, name)
-  repeated = sorted({n for n in names if names.count(n) > 1})
-  if repeated:
-    raise ValueError(f"repeated families {repeated}")
+  check_families(config, names)
   models, info, pool = {}, {}, None
   for name in names:
     if pool is None and not is_cached(config, name):

@@ -1,7 +1,7 @@
 """Readers for datasets on local disk, and a batch iterator that decodes in a thread pool.
 
 Nothing here touches the network. A task's directory holds its splits in one of four layouts
-(BUILD.md, "Preparing datasets", tells how to produce each):
+(docs/datasets.md tells how to produce each):
 
 | format    | layout                                                                          |
 |-----------|---------------------------------------------------------------------------------|
@@ -74,7 +74,7 @@ AUDIO_COLUMNS = ("audio",)
 LABEL_COLUMNS = ("label", "labels", "fine_label", "target", "cls", "genre", "class", "classID")
 SPLIT_SYNONYMS = {"val": ("validation", "valid"), "validation": ("val", "valid"),
                   "valid": ("validation", "val")}
-BUILD_SECTION = "BUILD.md, section 'Preparing datasets'"
+BUILD_SECTION = "docs/datasets.md"
 
 
 class DatasetNotFoundError(FileNotFoundError):
@@ -94,7 +94,8 @@ class CorruptFileError(DatasetFormatError):
 
 
 def _how_to_prepare(spec: TaskSpec) -> str:
-  return (f"prepare it as described in {BUILD_SECTION} -> '{spec.build_section or spec.name}'")
+  return (f"prepare it as described in {BUILD_SECTION}, section "
+          f"'{spec.build_section or spec.name}'")
 
 
 def _short(names: Sequence[str], k: int = 12) -> str:

@@ -804,7 +804,8 @@ class TaskSpec:
   ("train", "test") to the split's on-disk name; folder_names (C,), when given, are the on-disk
   class names (folders, dataset label names) where they differ from the class names;
   index_by_sorted_folders: on-disk names are opaque ids whose sorted order is the label order
-  (ImageNet's WordNet ids); build_section: the BUILD.md subsection that says how to prepare it.
+  (ImageNet's WordNet ids); build_section: the docs/datasets.md section that says how to
+  prepare it.
   """
   name: str
   classnames: tuple[str, ...]

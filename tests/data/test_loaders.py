@@ -125,8 +125,8 @@ def test_missing_directory_and_split_say_how_to_prepare(tmp_path, monkeypatch):
   with pytest.raises(loaders.DatasetNotFoundError) as e:
     loaders.load_split("eurosat", str(missing), "train")
   assert isinstance(e.value, FileNotFoundError)
-  assert str(missing) in str(e.value) and "BUILD.md" in str(e.value)
-  assert "'EuroSAT'" in str(e.value)
+  assert str(missing) in str(e.value) and "docs/datasets.md" in str(e.value)
+  assert "section 'EuroSAT'" in str(e.value)
   _image_folder(str(tmp_path), "train", registry.EUROSAT_FOLDERS, per_class=1)
   with pytest.raises(loaders.DatasetNotFoundError, match=r"no split 'test'.*found 'train'"):
     loaders.load_split("eurosat", str(tmp_path), "test")

@@ -97,11 +97,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # orange / red, top right / top left, 8 / 0, ...) puts each fix along the weakest directions of
   # the class embeddings' geometry (a swapped pair's normalised class embeddings lie 0.51 of the
   # task's mean class distance apart, against 0.92 for these pairs, averaged over families and
-  # tasks). Measured on the seed-0 world, all else default (README "Swap pairs"): cross-model
-  # closed-form addition +4.2 / -9.1 -> +7.6 / -5.3, oracle +9.0 / -7.8 -> +14.0 / -4.5, negation
-  # -16.2 / -11.5 -> -21.2 / -7.9, oracle_retention 0.46 -> 0.55; on seed 1 the gains grow too
-  # (+4.0 -> +5.9, oracle +8.4 -> +13.8) while the controls pay more (-5.3 -> -9.6) and the
-  # retention falls (0.47 -> 0.43).
+  # tasks). Measured on the seed-0 world, all else default (docs/results/swap_pairs.md):
+  # cross-model closed-form addition +4.2 / -9.1 -> +7.6 / -5.3, oracle +9.0 / -7.8 -> +14.0 /
+  # -4.5, negation -16.2 / -11.5 -> -21.2 / -7.9, oracle_retention 0.46 -> 0.55; on seed 1 the
+  # gains grow too (+4.0 -> +5.9, oracle +8.4 -> +13.8) while the controls pay more (-5.3 -> -9.6)
+  # and the retention falls (0.47 -> 0.43).
   c.captions.swap = dict(
       shape=(("cross", "circle"),), color=(("cyan", "red"), ("blue", "orange")),
       size=(("small", "large"),), position=(("bottom right", "top left"),),
@@ -141,7 +141,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if variant == "wide":
     # The default world with wider towers (the embedding's rank is capped by the vision width):
     # a measurement of what width buys, not a world that fits the main job's time budgets (see
-    # the README's "Wider towers, measured").
+    # docs/results/wider_towers.md).
     c.families = ml_collections.ConfigDict(dict(
         **{"clip-a": _family(_tower(128, 2, 4, patch_size=8), _tower(128, 1, 4), 128)},
         **{"clip-b": _family(_tower(160, 3, 4, patch_size=8), _tower(96, 1, 4), 160)},

@@ -9,6 +9,11 @@ a fixed other family.
 
 Config fields: targets / sources (model subsets; empty: all), settings ("same_model",
 "cross_model"), accumulation.orderings (0: none).
+
+Normalised accuracy (accuracy / fine-tuning ceiling, Figures 3 and 4) is undefined where a
+ceiling is 0 (a source fine-tune that scores nothing, e.g. after very few steps): an
+accumulation step whose composed tasks include one is recorded as null, the figures leave
+such points out and say how many, and the rendered tables list the zero ceilings.
 """
 
 from __future__ import annotations
@@ -88,15 +93,30 @@ def compute(study, config, cell) -> dict:
           "ceiling": {t: study.source(tg, t).ceiling for t in (a, b)}}
 
 
+def ratio(accuracy: float | None, ceiling: float | None) -> float | None:
+  """accuracy / ceiling, or None where it is undefined (a missing value or a zero ceiling)."""
+  if accuracy is None or ceiling is None or ceiling == 0:
+    return None
+  return float(accuracy) / float(ceiling)
+
+
+def mean_ratio(accs: dict, ceilings: dict, tasks) -> float | None:
+  """The mean of ``accs[t] / ceilings[t]`` over ``tasks``; None when any ratio is undefined."""
+  rs = [ratio(accs[t], ceilings[t]) for t in tasks]
+  return None if any(r is None for r in rs) else float(np.mean(rs))
+
+
 def accumulate(study, config, cell) -> dict:
+  """The Figure 4 curve of one ordering: ``normalized[J-1]`` is the mean over the first J tasks
+  of accuracy / ceiling, null when one of their ceilings is 0."""
   tg, order, srcs = cell["target"], cell["order"], cell["sources"]
   terms, normalized, accuracy = [], [], []
   for t, s in zip(order, srcs):
     terms.append((study.operator(tg, t, s), config.alpha))
-    accs = study.closed_form_accuracy(tg, order[:len(terms)], terms)
+    done = order[:len(terms)]
+    accs = study.closed_form_accuracy(tg, done, terms)
     accuracy.append(accs)
-    normalized.append(float(np.mean([accs[u] / study.source(tg, u).ceiling
-                                     for u in order[:len(terms)]])))
+    normalized.append(mean_ratio(accs, {u: study.source(tg, u).ceiling for u in done}, done))
   return {"alpha": config.alpha, "J": list(range(1, len(order) + 1)), "normalized": normalized,
           "accuracy": accuracy, "zero_shot": {t: study.zero_shot(tg, t) for t in order}}
 
@@ -173,8 +193,13 @@ def table22(records) -> str:
     return ""
   tasks = sorted({t for v in ceil.values() for t in v})
   rows = [[tg] + [C.fmt(ceil[tg].get(t), 1) for t in tasks] for tg in sorted(ceil)]
-  return C.md_table(["Target"] + tasks, rows,
-                    "Table 22: per-task fine-tuning ceilings (the target's own source on itself)")
+  out = C.md_table(["Target"] + tasks, rows,
+                   "Table 22: per-task fine-tuning ceilings (the target's own source on itself)")
+  zero = [f"{tg}/{t}" for tg in sorted(ceil) for t in tasks if ceil[tg].get(t) == 0]
+  if zero:
+    out += (f"\nCeiling 0 on {', '.join(zero)}: normalised accuracy (accuracy / ceiling) is "
+            f"undefined there, recorded as null and left out of Figures 3 and 4.\n")
+  return out
 
 
 def render(records) -> str:
@@ -182,20 +207,37 @@ def render(records) -> str:
                                table22(records)) if x)
 
 
+def _title(ax, title: str, note: str) -> None:
+  if note:
+    ax.set_title(f"{title}\n{note}", fontsize=9)
+  else:
+    ax.set_title(title)
+
+
 def figures(records, out_dir: str) -> list[str]:
+  """Figure 3 (``addition_scatter.png``: cross-model cells, each task's accuracy / ceiling) and
+  Figure 4 (``accumulation.png``: per target, the mean over orderings of the accumulation curve,
+  min-max band). Points whose ratio is undefined (a zero ceiling) are left out, and the title
+  says how many; a figure with no point left is not drawn."""
   import os
   plt = C.pyplot()
   paths = []
   cross = [r for r in records if r["cell"]["kind"] == "cell" and r["cell"]["setting"] == C.CROSS
            and r["metrics"].get("ceiling")]
-  if cross:
+  scatter, left_out = {}, 0
+  for r in cross:
+    m, ts = r["metrics"], r["cell"]["tasks"]
+    pt = [ratio(m["accuracy"]["closed_form"][t], m["ceiling"][t]) for t in ts]
+    z = [ratio(m["zero_shot"][t], m["ceiling"][t]) for t in ts]
+    if None in pt or None in z:
+      left_out += 1
+      continue
+    scatter.setdefault(r["cell"]["target"], []).append((pt, z))
+  if scatter:
     fig, ax = plt.subplots(figsize=(4.5, 4.2))
-    for tg in sorted({r["cell"]["target"] for r in cross}):
-      rs = [r for r in cross if r["cell"]["target"] == tg]
-      pts = np.array([[r["metrics"]["accuracy"]["closed_form"][t] / r["metrics"]["ceiling"][t]
-                       for t in r["cell"]["tasks"]] for r in rs])
-      zs = np.array([[r["metrics"]["zero_shot"][t] / r["metrics"]["ceiling"][t]
-                      for t in r["cell"]["tasks"]] for r in rs])
+    for tg in sorted(scatter):
+      pts = np.array([p for p, _ in scatter[tg]])
+      zs = np.array([z for _, z in scatter[tg]])
       sc = ax.scatter(pts[:, 0], pts[:, 1], s=18, label=f"{tg}, closed form")
       ax.scatter(zs[:, 0], zs[:, 1], s=18, facecolors="none", edgecolors=sc.get_facecolor(),
                  label=f"{tg}, zero-shot")
@@ -203,20 +245,34 @@ def figures(records, out_dir: str) -> list[str]:
     ax.plot([1, 1], [0, 1.2], "k:", lw=0.8)
     ax.set_xlabel("task A accuracy / fine-tuning ceiling")
     ax.set_ylabel("task B accuracy / fine-tuning ceiling")
-    ax.set_title("Addition, normalised (Figure 3)")
+    _title(ax, "Addition, normalised (Figure 3)",
+           f"{left_out} cell(s) with a zero ceiling left out" if left_out else "")
     ax.legend(fontsize=7)
     paths.append(C.savefig(fig, os.path.join(out_dir, "addition_scatter.png")))
   acc = [r for r in records if r["cell"]["kind"] == "accumulation"]
-  if acc:
+  curves, undefined = {}, 0
+  for tg in sorted({r["cell"]["target"] for r in acc}):
+    ys = np.array([[np.nan if v is None else v for v in r["metrics"]["normalized"]]
+                   for r in acc if r["cell"]["target"] == tg], np.float64)
+    undefined += int(np.isnan(ys).sum())
+    if np.isfinite(ys).any():
+      curves[tg] = ys
+  if curves:
     fig, ax = plt.subplots(figsize=(4.8, 3.6))
-    for tg in sorted({r["cell"]["target"] for r in acc}):
-      ys = np.array([r["metrics"]["normalized"] for r in acc if r["cell"]["target"] == tg])
-      J = acc[0]["metrics"]["J"]
-      line, = ax.plot(J, ys.mean(axis=0), "o-", label=tg)
-      ax.fill_between(J, ys.min(axis=0), ys.max(axis=0), alpha=0.2, color=line.get_color())
+    J = np.asarray(acc[0]["metrics"]["J"])
+    for tg, ys in curves.items():
+      defined = np.isfinite(ys).any(axis=0)  # J with at least one ordering's value
+      vals = np.where(np.isfinite(ys), ys, 0.0)
+      n = np.isfinite(ys).sum(axis=0)
+      mean = vals.sum(axis=0) / np.maximum(n, 1)
+      lo = np.where(np.isfinite(ys), ys, np.inf).min(axis=0)
+      hi = np.where(np.isfinite(ys), ys, -np.inf).max(axis=0)
+      line, = ax.plot(J[defined], mean[defined], "o-", label=tg)
+      ax.fill_between(J[defined], lo[defined], hi[defined], alpha=0.2, color=line.get_color())
     ax.set_xlabel("composed tasks J")
     ax.set_ylabel("mean accuracy / ceiling")
-    ax.set_title("Accumulating operators (Figure 4)")
+    _title(ax, "Accumulating operators (Figure 4)",
+           f"{undefined} value(s) undefined (zero ceiling) left out" if undefined else "")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     paths.append(C.savefig(fig, os.path.join(out_dir, "accumulation.png")))

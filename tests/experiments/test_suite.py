@@ -180,3 +180,56 @@ def test_report_renders_every_table_and_the_figures(tmp_path):
   curve = strength.curve(RUNS["strength"][1])
   assert len(curve["strength"]) == len(curve["removed"]) == 2
   assert np.all(np.isfinite(curve["controls"]))
+
+
+class _ZeroCeilingStudy:
+  """A stand-in study for the addition table: the target's fine-tune on ``t1`` scores 0 (its
+  ceiling), every other number is fixed, so only the ratios are undefined."""
+  models = {"a": None, "b": None}
+  downstream = ("t1", "t2")
+  controls = ("c",)
+  ceilings = {"t1": 0.0, "t2": 80.0}
+
+  def operators(self, target, t, specs):
+    return {s: (target, t, s) for s in specs}
+
+  def operator(self, target, t, spec):
+    return (target, t, spec)
+
+  def closed_form_accuracy(self, target, tasks, terms):
+    return {t: 0.0 if t == "t1" else 60.0 for t in tasks}
+
+  def zero_shot(self, m, t):
+    return 0.0 if t == "t1" else 40.0
+
+  def source(self, m, t):
+    import types
+    return types.SimpleNamespace(ceiling=self.ceilings[t])
+
+
+def test_zero_ceiling_is_recorded_as_null_and_the_sweep_and_report_complete(tmp_path):
+  """A fine-tune that scores 0 leaves accuracy / ceiling undefined: the accumulation cells
+  record null (not a ZeroDivisionError), a rerun resumes, and the report renders with the zero
+  ceiling named and the undefined points left out of the figures."""
+  config = load_config("table1_addition", targets=("a",), sources=("a", "b"),
+                       settings=("cross_model",), **{"adapter.cells": 0})
+  work = str(tmp_path / "work")
+  out = tables.run(config, work, log=_quiet, study=_ZeroCeilingStudy())
+  acc = [r for r in out.records if r["cell"]["kind"] == "accumulation"]
+  assert len(acc) == 3 and len(out.computed) == len(out.records) == 4
+  for r in acc:
+    order, norm = r["cell"]["order"], r["metrics"]["normalized"]
+    first_t1 = order.index("t1")
+    assert norm[first_t1:] == [None] * (len(order) - first_t1)
+    assert norm[:first_t1] == [60.0 / 80.0] * first_t1
+  assert {tuple(r["cell"]["order"]) for r in acc} == {("t1", "t2"), ("t2", "t1")}
+  assert "null" in open(os.path.join(work, "results.jsonl")).read()
+  again = tables.run(config, work, log=_quiet, study=_ZeroCeilingStudy())
+  assert again.computed == [] and again.records == out.records
+  assert report.main([work, "--out", str(tmp_path / "report")]) == 0
+  md = open(tmp_path / "report" / "report.md").read()
+  assert "Ceiling 0 on a/t1" in md and "nan" not in md.lower()
+  with open(tmp_path / "report" / "accumulation.png", "rb") as f:  # J = 1 of order (t2, t1)
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  # Every cross-model cell composes t1: no point of Figure 3 is defined, so it is not drawn.
+  assert not os.path.exists(tmp_path / "report" / "addition_scatter.png")

@@ -122,7 +122,8 @@ def split_content(split) -> list:
 class Study:
   """Models and tasks plus the content-keyed caches (see the module docstring).
 
-  models: name -> DualEncoder. tasks: name -> TaskData (or the toy world's Task).
+  models: name -> DualEncoder. tasks: name -> TaskData (or the toy world's Task); each
+  template must hold exactly one ``{}`` (ValueError naming the task and template otherwise).
   downstream / controls: the task names experiments compose and the controls they report.
   source: the fine-tune recipe {rank, steps, lr, batch, seed}. seed: selection folds and
   random-UTD draws. folds: K of the label-free selection.
@@ -132,6 +133,9 @@ class Study:
                downstream: Sequence[str], controls: Sequence[str], source: Mapping[str, Any],
                seed: int = 0, folds: int = 5, embed_batch: int = 256,
                log: Callable[[str], None] = print):
+    from platonic_jax.core.grid import check_templates
+    for name, task in dict(tasks).items():  # before any embedding: one bad prompt, one error
+      check_templates(task.templates, f"task {name!r}")
     self.models = dict(models)
     self.tasks = dict(tasks)
     unknown = [t for t in list(downstream) + list(controls) if t not in self.tasks]
@@ -176,8 +180,10 @@ class Study:
     return self.tasks[t]
 
   def add_task(self, task) -> None:
-    """Registers a derived task (a ``TaskData``); a different task under a taken name is an
-    error."""
+    """Registers a derived task (a ``TaskData``); a different task under a taken name, or a
+    template without exactly one ``{}`` (``core.grid.check_templates``), is an error."""
+    from platonic_jax.core.grid import check_templates
+    check_templates(task.templates, f"task {task.name!r}")
     old = self.tasks.get(task.name)
     if old is not None and old is not task and self.task_hash(old) != self.task_hash(task):
       raise ValueError(f"task {task.name!r} is already registered with other content")

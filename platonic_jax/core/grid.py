@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import string
 from typing import Any, Sequence
 
 _FORMAT = "platonic_jax.grid/1"
@@ -18,6 +19,37 @@ _FORMAT = "platonic_jax.grid/1"
 
 def _canonical_json(obj: Any) -> str:
   return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def check_templates(templates: Sequence[Any], where: str = "") -> tuple:
+  """Checks prompt templates; returns them as a tuple.
+
+  A template is a ``str.format`` pattern with exactly one replacement field, ``{}``, where the
+  class name goes (``"a photo of a {}."``), or a callable ``classname -> prompt`` (not
+  inspected). Raises ValueError naming the template (and ``where``, e.g. the task) for an empty
+  list, a template without ``{}`` (every class would get the same prompt, so one embedding),
+  one with several fields or a named or numbered one (``{0}``, ``{name}``), and a malformed
+  pattern (a lone brace); literal braces are written ``{{`` and ``}}``.
+  """
+  at = f"{where}: " if where else ""
+  templates = tuple(templates)
+  if not templates:
+    raise ValueError(f"{at}no prompt templates")
+  for t in templates:
+    if callable(t):
+      continue
+    if not isinstance(t, str):
+      raise ValueError(f"{at}template {t!r} is a {type(t).__name__}, not a string with one '{{}}'")
+    try:
+      fields = [f for _, f, _, _ in string.Formatter().parse(t) if f is not None]
+    except ValueError as e:
+      raise ValueError(f"{at}template {t!r} is not a format pattern ({e}); it must contain "
+                       "exactly one '{}' (write literal braces as '{{' and '}}')") from None
+    if fields != [""]:
+      raise ValueError(f"{at}template {t!r} must contain exactly one '{{}}' (where the class "
+                       f"name goes), found {len(fields)} replacement field(s)"
+                       + (f" {['{' + f + '}' for f in fields]}" if fields else ""))
+  return templates
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -28,7 +60,8 @@ class Grid:
     task: task name, e.g. "eurosat".
     probe_ids: `n` probe identifiers (ints or strings), in row order of every `(n, .)` array.
     class_names: `C` class names, in column order of every `(n, C)` descriptor.
-    templates: prompt templates used to build the class embeddings `Ghat (C, d)`.
+    templates: prompt templates used to build the class embeddings `Ghat (C, d)`, each with
+      exactly one `{}` (`check_templates`).
     version: hex sha256 of the canonical JSON of the four fields above (computed).
   """
 
@@ -58,6 +91,7 @@ class Grid:
       raise ValueError(f"Grid {self.task!r} has duplicate class names")
     if not templates or not all(isinstance(t, str) for t in templates):
       raise ValueError(f"Grid {self.task!r} needs at least one string template")
+    check_templates(templates, f"Grid {self.task!r}")
     object.__setattr__(self, "probe_ids", probe_ids)
     object.__setattr__(self, "class_names", tuple(str(c) for c in class_names))
     object.__setattr__(self, "templates", templates)

@@ -48,6 +48,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from platonic_jax.core.grid import check_templates
+
 IMAGE, AUDIO = "image", "audio"
 DEFAULT_SPLITS = {"train": "train", "test": "test"}
 
@@ -827,9 +829,7 @@ class TaskSpec:
     if self.folder_names is not None and len(self.folder_names) != len(self.classnames):
       raise ValueError(f"task {self.name!r}: {len(self.folder_names)} folder names for "
                        f"{len(self.classnames)} classes")
-    for t in self.templates:
-      if t.count("{}") != 1:
-        raise ValueError(f"task {self.name!r}: template {t!r} must contain exactly one '{{}}'")
+    check_templates(self.templates, f"task {self.name!r}")
     if "train" not in self.splits or "test" not in self.splits:
       raise ValueError(f"task {self.name!r}: splits need 'train' and 'test' roles, got "
                        f"{dict(self.splits)}")

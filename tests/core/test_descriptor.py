@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import jax.numpy as jnp
 import numpy as np
@@ -53,6 +54,26 @@ def test_grid_rejects_bad_content():
     Grid("t", (1, 2), ("a",), ("{}",))
   with pytest.raises(ValueError, match="non-empty string"):
     Grid("", (1, 2), ("a", "b"), ("{}",))
+
+
+@pytest.mark.parametrize("template,found", [
+    ("a photo", "found 0 replacement field"),           # every class would get one embedding
+    ("a {} and a {}", "found 2 replacement field"),
+    ("a photo of {name}", r"found 1 replacement field\(s\) \['\{name\}'\]"),
+    ("a {} {", "not a format pattern"),
+])
+def test_grid_and_templates_need_exactly_one_slot(template, found):
+  from platonic_jax.core.grid import check_templates, make_grid
+  for build in (lambda: make_grid("eurosat", (1, 2), ("a", "b"), ("{} ok", template)),
+                lambda: check_templates(["{} ok", template], "task 'eurosat'")):
+    with pytest.raises(ValueError, match=f"'eurosat'.*template {re.escape(repr(template))}"):
+      build()
+    with pytest.raises(ValueError, match=found):
+      build()
+  assert check_templates(["a {}.", "{{literal}} {}", str.upper]) == (
+      "a {}.", "{{literal}} {}", str.upper)
+  with pytest.raises(ValueError, match="no prompt templates"):
+    check_templates([], "task 'x'")
 
 
 # -- constructors --------------------------------------------------------------------------------

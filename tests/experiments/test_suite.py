@@ -233,3 +233,20 @@ def test_zero_ceiling_is_recorded_as_null_and_the_sweep_and_report_complete(tmp_
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
   # Every cross-model cell composes t1: no point of Figure 3 is defined, so it is not drawn.
   assert not os.path.exists(tmp_path / "report" / "addition_scatter.png")
+
+
+def test_a_template_without_one_slot_is_refused_before_anything_is_embedded(tmp_path):
+  import types
+  from platonic_jax.study import Study
+  good = types.SimpleNamespace(name="a", templates=("a photo of a {}.",))
+  for bad in (("a photo of a thing.",), ("a {} next to a {}.",)):
+    tasks = {"a": good, "b": types.SimpleNamespace(name="b", templates=("{}",) + bad)}
+    with pytest.raises(ValueError, match=f"task 'b': template '{bad[0]}' must contain exactly one"):
+      Study({}, tasks, cache_dir=str(tmp_path / "cache"), downstream=("a", "b"), controls=(),
+            source=dict(rank=4, steps=1, lr=1e-3, batch=2, seed=0))
+    assert not os.path.exists(tmp_path / "cache")
+    study = Study({}, {"a": good}, cache_dir=str(tmp_path / "ok"), downstream=("a",),
+                  controls=(), source=dict(rank=4, steps=1, lr=1e-3, batch=2, seed=0))
+    with pytest.raises(ValueError, match=f"task 'b': template '{bad[0]}'"):
+      study.add_task(tasks["b"])
+    assert "b" not in study.tasks

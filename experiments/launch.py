@@ -39,10 +39,11 @@ def configure(cfg, who: str | None = None) -> list[str]:
 
 
 def check_workdir(workdir: str) -> None:
-  """ValueError when ``workdir`` exists and is not a directory (refused before building, so a
-  run does not compute for minutes and then fail to write)."""
-  if os.path.exists(workdir) and not os.path.isdir(workdir):
-    raise ValueError(f"--workdir {workdir!r} exists and is not a directory")
+  """ValueError when ``workdir`` exists and is not a directory, lies under a regular file, or
+  cannot be written (read-only permissions or file system; ``sweep.check_writable_dir``):
+  refused before building, so a run does not compute for minutes and then fail to write."""
+  from platonic_jax.sweep import check_writable_dir
+  check_writable_dir(workdir, "--workdir")
 
 
 def use_compilation_cache(cfg) -> None:

@@ -585,7 +585,12 @@ def prepare(world, cfg, log: Callable[[str], None] = print) -> Prepared:
 
 
 def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
-  """Runs every stage on a built world; writes results.jsonl, summary.json, negation.png."""
+  """Runs every stage on a built world; writes results.jsonl, summary.json, negation.png.
+
+  A ``workdir`` that cannot be written is refused first (``sweep.check_writable_dir``).
+  """
+  from platonic_jax.sweep import check_writable_dir
+  check_writable_dir(workdir, "workdir")
   t0 = time.time()
   models = world.models
   p = prepare(world, cfg, log)  # checks the config first

@@ -213,6 +213,36 @@ def atomic_write(path: str, data: bytes) -> None:
     raise
 
 
+def check_writable_dir(path: str | os.PathLike, what: str = "directory") -> str:
+  """Refuses, with a ValueError naming ``path`` and the reason, a directory that a run could not
+  write into: an existing non-directory, a path under a regular file, and a directory (or, when
+  it does not exist yet, its nearest existing ancestor) in which a file cannot be created, e.g.
+  read-only permissions or a read-only file system. Checked by creating and removing a probe
+  (a hidden file in an existing directory, a hidden directory in the ancestor), since
+  permission bits do not tell (root ignores them, a read-only mount overrides them); nothing is
+  left behind and a missing directory is not created. Returns the absolute path.
+  """
+  path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise ValueError(f"{what} {path!r} exists and is not a directory")
+  base = path
+  while not os.path.lexists(base) and os.path.dirname(base) != base:
+    base = os.path.dirname(base)
+  if not os.path.isdir(base):
+    raise ValueError(f"{what} {path!r} cannot be created: {base!r} is not a directory")
+  try:
+    if base == path:
+      fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=path)
+      os.close(fd)
+      os.remove(probe)
+    else:
+      os.rmdir(tempfile.mkdtemp(prefix=".write-probe-", dir=base))
+  except OSError as e:
+    where = "" if base == path else f" (nothing can be created in {base!r})"
+    raise ValueError(f"{what} {path!r} is not writable{where}: {e.strerror or e}") from None
+  return path
+
+
 class EmbeddingCache:
   """float32 arrays in ``directory/<key>.safetensors``; ``key`` = ``content_hash(...)`` of what
   determines the array. Counts ``hits`` and ``misses`` (arrays computed and written)."""

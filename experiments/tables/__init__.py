@@ -58,11 +58,13 @@ def run(config, workdir: str, *, log: Callable[[str], None] = print, world=None,
   """Runs (or resumes) the sweep of ``config.experiment`` into ``workdir/results.jsonl``.
 
   Also writes ``workdir/config.json`` (the config and its hash) and ``workdir/tables.md``.
-  world / study: an already built toy world or study to reuse (tests, notebooks).
+  world / study: an already built toy world or study to reuse (tests, notebooks). A workdir
+  that cannot be written is refused before anything is loaded (``sweep.check_writable_dir``).
   """
   from platonic_jax import study as study_lib
-  from platonic_jax.sweep import Sweep, atomic_write, config_hash, plain
+  from platonic_jax.sweep import Sweep, atomic_write, check_writable_dir, config_hash, plain
   module = get(config.experiment)
+  check_writable_dir(workdir, "workdir")
   os.makedirs(workdir, exist_ok=True)
   chash = config_hash(config)
   sweep = Sweep(os.path.join(workdir, RESULTS), chash, config.experiment)
@@ -86,8 +88,10 @@ def main(config, workdir: str | None, log: Callable[[str], None] = print) -> Out
   import jax
   from experiments import report
   from platonic_jax.study import default_cache_dir
+  from platonic_jax.sweep import check_writable_dir
   get(config.experiment)  # fail on an unknown experiment before any model is loaded
   workdir = workdir or default_workdir(config)
+  check_writable_dir(workdir, "--workdir")  # and on a workdir it could not write
   if config.compilation_cache:
     jax.config.update("jax_compilation_cache_dir",
                       os.path.join(config.cache_dir or default_cache_dir(), "xla"))

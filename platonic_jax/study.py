@@ -554,7 +554,8 @@ def _real_data(config, task_names: Sequence[str], log) -> tuple[dict, dict]:
 
   Each task's train and test splits are read lazily from ``<data.root>/<task>`` (or
   ``$PLATONIC_JAX_DATA/<task>``); its probes follow the registry's probe rule at the study
-  seed; ``data.max_test`` (when > 0) keeps a seeded subset of the test split.
+  seed (``data.n_probes`` of them: more than a train split holds is a ValueError naming the
+  task and the field); ``data.max_test`` (when > 0) keeps a seeded subset of the test split.
   """
   from platonic_jax.api import load_model
   from platonic_jax.data import loaders, registry
@@ -575,6 +576,10 @@ def _real_data(config, task_names: Sequence[str], log) -> tuple[dict, dict]:
       keep = np.random.default_rng([config.seed, 7]).choice(len(test), data.max_test,
                                                              replace=False)
       test = test.subset(np.sort(keep))
+    if not 1 <= data.n_probes <= len(train):
+      raise ValueError(f"task {t!r}: config.data.n_probes = {data.n_probes} probes asked for, "
+                       f"but its train split ({train.split}, {root}) has {len(train)} examples;"
+                       f" set --config.data.n_probes between 1 and {len(train)}")
     ids = registry.probe_indices(len(train), data.n_probes, config.seed)
     tasks[t] = TaskData(name=t, classnames=tuple(spec.classnames),
                         templates=tuple(spec.templates), train=(train, train.labels),

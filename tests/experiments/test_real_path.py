@@ -73,3 +73,12 @@ def test_missing_dataset_names_the_path(real, tmp_path):
   config = _config("table6_linearity", real, **{"data.tasks": ["dtd"]})
   with pytest.raises(FileNotFoundError, match="dtd"):
     tables.run(config, str(tmp_path / "work"), log=lambda s: None)
+
+
+def test_more_probes_than_training_examples_names_the_task_and_the_field(real, tmp_path):
+  for n in (500, 0):
+    config = _config("table6_linearity", real, **{"data.n_probes": n})
+    with pytest.raises(ValueError, match=rf"task 'eurosat': config.data.n_probes = {n} probes "
+                                         r"asked for, but its train split \(train, .*eurosat\) "
+                                         r"has 48 examples"):
+      tables.run(config, str(tmp_path / "work"), log=lambda s: None)

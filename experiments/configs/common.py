@@ -28,6 +28,22 @@ Fields:
 
 ``cache_dir``, ``compilation_cache`` and ``data.root`` do not enter the config hash that results
 are recorded under (see ``platonic_jax.sweep.NON_SEMANTIC``).
+
+On the command line every list field (``data.tasks``, ``data.controls``, ``data.families``,
+``data.extra_tasks``, ``targets``, ``sources``, ``settings`` and each table's own, such as
+``alphas`` or ``eval_tasks``) is a tuple, set with a Python tuple literal in shell quotes; a
+one-element tuple keeps its trailing comma, ``()`` empties a field (empty ``targets`` or
+``sources``: every model), and one bare name is a one-element tuple. Table 1 on two of the
+paper's tasks, one control and two models, cross-model cells only:
+
+    python -m experiments.main --config=experiments/configs/table1_addition.py \
+        --config.data.root=/data --config.data.tasks="('eurosat', 'dtd')" \
+        --config.data.controls="('imagenet',)" --config.targets="('clip-l', 'siglip-l')" \
+        --config.sources="('clip-l', 'siglip-l')" --config.settings=cross_model \
+        --workdir=workdir/table1_narrow
+
+A comma list without the tuple syntax (``--config.targets=clip-l,siglip-l``) would read as one
+name; the suite refuses it with the syntax above (``check_name_lists``).
 """
 
 import ml_collections
@@ -53,18 +69,37 @@ CONTROLS = ("cifar100", "imagenet")
 MICRO_TASKS = ("color", "position")
 
 
-def first_family(c: ml_collections.ConfigDict) -> list[str]:
+def first_family(c: ml_collections.ConfigDict) -> tuple[str, ...]:
   """The micro variants' one target (the world's first family): every table still has all
   its blocks, at half the cost."""
-  return sorted(c.data.world.families)[:1]
+  return tuple(sorted(c.data.world.families)[:1])
 
 
-def absorbing_targets(c: ml_collections.ConfigDict) -> list[str]:
+def absorbing_targets(c: ml_collections.ConfigDict) -> tuple[str, ...]:
   """Targets of the tables read on the absorbing families: those four for the paper's models,
-  every family of the toy world (empty list), the first family of the micro world."""
+  every family of the toy world (empty), the first family of the micro world."""
   if c.variant == "micro":
     return first_family(c)
-  return list(ABSORBING) if c.variant == "default" else []
+  return ABSORBING if c.variant == "default" else ()
+
+
+def check_name_lists(c: ml_collections.ConfigDict) -> None:
+  """Refuses a list field holding a string with a comma or an opening bracket, what a list
+  given on the command line without the tuple syntax becomes (ValueError naming the field and
+  showing the syntax)."""
+  def walk(node, prefix):
+    for key, value in node.items():
+      field = prefix + key
+      if isinstance(value, ml_collections.ConfigDict):
+        walk(value, field + ".")
+      elif isinstance(value, tuple):
+        for x in value:
+          if isinstance(x, str) and ("," in x or x.lstrip()[:1] in ("(", "[")):
+            names = [n.strip(" '\"") for n in x.strip(" ()[]").split(",") if n.strip(" '\"")]
+            raise ValueError(
+                f"config.{field} holds {x!r}, one name with a comma or bracket in it; give "
+                f"several as a tuple: --config.{field}=\"{tuple(names)!r}\"")
+  walk(c, "")
 
 
 def base(experiment: str, arg: str | None) -> ml_collections.ConfigDict:
@@ -79,11 +114,11 @@ def base(experiment: str, arg: str | None) -> ml_collections.ConfigDict:
   c.data = ml_collections.ConfigDict()
   c.data.source = "real" if variant == "default" else "toy"
   c.data.world = toy_world.get_config("micro" if variant == "micro" else None)
-  c.data.families = []
+  c.data.families = ()
   c.data.models = dict(MODELS) if variant == "default" else {}
-  c.data.tasks = list(TASKS) if variant == "default" else []
-  c.data.controls = list(CONTROLS) if variant == "default" else []
-  c.data.extra_tasks = []
+  c.data.tasks = TASKS if variant == "default" else ()
+  c.data.controls = CONTROLS if variant == "default" else ()
+  c.data.extra_tasks = ()
   c.data.root = ""
   c.data.n_probes = 500
   c.data.max_test = 0
@@ -101,7 +136,7 @@ def base(experiment: str, arg: str | None) -> ml_collections.ConfigDict:
     c.source.update(steps=300, lr=3e-3)
     c.adapter.update(steps=300, lr=2e-3, cells=4)
   if variant == "micro":
-    c.data.tasks = list(MICRO_TASKS)
+    c.data.tasks = MICRO_TASKS
     c.source.update(steps=8, lr=3e-3, batch=16)
     c.adapter.update(rank=4, steps=4, lr=2e-3, batch=16, cells=1)
   return c

@@ -18,6 +18,6 @@ from experiments.configs import common
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = common.base("rank_cap", arg)
   c.targets = common.absorbing_targets(c)
-  c.sources = []
-  c.settings = ["cross_model"]
+  c.sources = ()
+  c.settings = ("cross_model",)
   return c

@@ -18,14 +18,14 @@ from experiments.configs import common
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = common.base("strength", arg)
-  c.targets = []
-  c.sources = []
-  c.alphas = [0.5, 1.0]
-  c.lambdas = [0.25, 0.5, 0.75, 1.0, 1.25]
-  c.weight_space_lambdas = [0.5, 1.0, 1.5]
+  c.targets = ()
+  c.sources = ()
+  c.alphas = (0.5, 1.0)
+  c.lambdas = (0.25, 0.5, 0.75, 1.0, 1.25)
+  c.weight_space_lambdas = (0.5, 1.0, 1.5)
   if c.variant == "micro":
-    c.lambdas = [0.5, 1.0]
-    c.weight_space_lambdas = [1.0]
+    c.lambdas = (0.5, 1.0)
+    c.weight_space_lambdas = (1.0,)
   if c.variant == "micro":
     c.targets = common.first_family(c)
   return c

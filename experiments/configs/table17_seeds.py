@@ -18,16 +18,16 @@ from experiments.configs import common
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = common.base("seeds", arg)
-  c.seeds = [1, 2, 3]
-  c.tasks = ["eurosat", "dtd"]
+  c.seeds = (1, 2, 3)
+  c.tasks = ("eurosat", "dtd")
   if c.variant == "default":
-    c.data.tasks = ["eurosat", "dtd"]
-  c.targets = ["clip-l", "openclip-l", "metaclip-l"]
-  c.sources = ["clip-l", "openclip-l", "metaclip-l"]
+    c.data.tasks = ("eurosat", "dtd")
+  c.targets = ("clip-l", "openclip-l", "metaclip-l")
+  c.sources = ("clip-l", "openclip-l", "metaclip-l")
   if c.variant != "default":
-    c.tasks, c.targets, c.sources = [], [], []
+    c.tasks, c.targets, c.sources = (), (), ()
   if c.variant == "micro":
-    c.seeds = [1]
+    c.seeds = (1,)
   if c.variant == "micro":
     c.targets = common.first_family(c)
   return c

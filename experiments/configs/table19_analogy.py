@@ -27,12 +27,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.products = [dict(name="photo-sketch", task="domainnet_real", halves="alternate",
                      domain=dict(tasks=["domainnet_real", "domainnet_sketch"]))]
   if c.variant == "default":
-    c.data.tasks = []
-    c.data.extra_tasks = ["domainnet_real", "domainnet_sketch"]
-  c.lambdas = [0.0, 1.0]
+    c.data.tasks = ()
+    c.data.extra_tasks = ("domainnet_real", "domainnet_sketch")
+  c.lambdas = (0.0, 1.0)
   c.n_probes = 500
-  c.targets = []
-  c.sources = []
+  c.targets = ()
+  c.sources = ()
   if c.variant == "toy":
     c.products = [
         dict(name="color-style", task="color", halves=[[0, 2, 4, 6], [1, 3, 5, 7]],
@@ -43,7 +43,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if c.variant == "micro":
     c.products = [dict(name="color-style", task="color", halves=[[0, 2, 4, 6], [1, 3, 5, 7]],
                        domain=dict(attribute="style", values=["clean", "dark"]))]
-    c.lambdas = [1.0]
+    c.lambdas = (1.0,)
     c.n_probes = 24
   if c.variant == "micro":
     c.targets = common.first_family(c)

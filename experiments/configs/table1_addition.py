@@ -19,9 +19,9 @@ from experiments.configs import common
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = common.base("addition", arg)
-  c.targets = []
-  c.sources = []
-  c.settings = ["same_model", "cross_model"]
+  c.targets = ()
+  c.sources = ()
+  c.settings = ("same_model", "cross_model")
   c.accumulation = ml_collections.ConfigDict(dict(orderings=3))
   if c.variant == "micro":
     c.targets = common.first_family(c)

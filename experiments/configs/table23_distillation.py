@@ -19,16 +19,16 @@ from experiments.configs import common
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = common.base("distillation", arg)
-  c.tasks = ["eurosat", "dtd"]
+  c.tasks = ("eurosat", "dtd")
   if c.variant == "default":
-    c.data.tasks = ["eurosat", "dtd"]
-  c.targets = ["clip-l", "openclip-l", "metaclip-l"]
-  c.sources = ["clip-l", "openclip-l", "metaclip-l"]
-  c.settings = ["cross_model"]
+    c.data.tasks = ("eurosat", "dtd")
+  c.targets = ("clip-l", "openclip-l", "metaclip-l")
+  c.sources = ("clip-l", "openclip-l", "metaclip-l")
+  c.settings = ("cross_model",)
   c.cells = -1
   c.gradient_ascent = ml_collections.ConfigDict(dict(steps=100, lr=1e-3, batch=64))
   if c.variant != "default":
-    c.tasks, c.targets, c.sources = [], [], []
+    c.tasks, c.targets, c.sources = (), (), ()
   if c.variant == "micro":
     c.cells = 1
     c.gradient_ascent.update(steps=3, batch=16)

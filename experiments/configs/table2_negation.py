@@ -19,9 +19,9 @@ from experiments.configs import common
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = common.base("negation", arg)
-  c.targets = []
-  c.sources = []
-  c.settings = ["same_model", "cross_model"]
+  c.targets = ()
+  c.sources = ()
+  c.settings = ("same_model", "cross_model")
   c.gradient_ascent = ml_collections.ConfigDict(dict(steps=100, lr=1e-3, batch=64, cells=8))
   if c.variant == "micro":
     c.gradient_ascent.update(steps=3, batch=16, cells=1)

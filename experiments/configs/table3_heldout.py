@@ -18,17 +18,17 @@ from experiments.configs import common
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = common.base("heldout", arg)
-  c.terms = ["eurosat", "resisc45"]
-  c.eval_tasks = ["resisc45", "ucmerced", "aid"]
-  c.targets = ["clip-l", "openclip-l", "metaclip-l"]
-  c.sources = ["clip-l", "openclip-l", "metaclip-l"]
+  c.terms = ("eurosat", "resisc45")
+  c.eval_tasks = ("resisc45", "ucmerced", "aid")
+  c.targets = ("clip-l", "openclip-l", "metaclip-l")
+  c.sources = ("clip-l", "openclip-l", "metaclip-l")
   if c.variant == "default":
-    c.data.tasks = ["eurosat", "resisc45"]
-    c.data.extra_tasks = ["ucmerced", "aid"]
+    c.data.tasks = ("eurosat", "resisc45")
+    c.data.extra_tasks = ("ucmerced", "aid")
   if c.variant != "default":
-    c.terms = ["color", "position"] if c.variant == "micro" else ["color", "fill"]
-    c.eval_tasks = ["position", "size"] if c.variant == "micro" else ["fill", "pattern", "size"]
-    c.targets, c.sources = [], []
+    c.terms = ("color", "position") if c.variant == "micro" else ("color", "fill")
+    c.eval_tasks = ("position", "size") if c.variant == "micro" else ("fill", "pattern", "size")
+    c.targets, c.sources = (), ()
   if c.variant == "micro":
     c.targets = common.first_family(c)
   return c

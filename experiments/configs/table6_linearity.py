@@ -18,6 +18,6 @@ from experiments.configs import common
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = common.base("linearity", arg)
   c.targets = common.absorbing_targets(c)
-  c.sources = ["siglip-l", "siglip2-l", "clip-l"] if c.variant == "default" else []
-  c.coefs = [1.0, -1.5, 1.0]
+  c.sources = ("siglip-l", "siglip2-l", "clip-l") if c.variant == "default" else ()
+  c.coefs = (1.0, -1.5, 1.0)
   return c

@@ -18,6 +18,6 @@ from experiments.configs import common
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = common.base("agreement", arg)
   c.targets = common.absorbing_targets(c)
-  c.sources = []
+  c.sources = ()
   c.consensus = True
   return c

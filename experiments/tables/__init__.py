@@ -59,11 +59,15 @@ def run(config, workdir: str, *, log: Callable[[str], None] = print, world=None,
 
   Also writes ``workdir/config.json`` (the config and its hash) and ``workdir/tables.md``.
   world / study: an already built toy world or study to reuse (tests, notebooks). A workdir
-  that cannot be written is refused before anything is loaded (``sweep.check_writable_dir``).
+  that cannot be written (``sweep.check_writable_dir``) and a list field holding a comma list
+  given without the tuple syntax (``configs.common.check_name_lists``) are refused before
+  anything is loaded.
   """
   from platonic_jax import study as study_lib
   from platonic_jax.sweep import Sweep, atomic_write, check_writable_dir, config_hash, plain
+  from experiments.configs.common import check_name_lists
   module = get(config.experiment)
+  check_name_lists(config)
   check_writable_dir(workdir, "workdir")
   os.makedirs(workdir, exist_ok=True)
   chash = config_hash(config)

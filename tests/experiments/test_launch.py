@@ -9,6 +9,7 @@ from experiments import launch, tables
 from platonic_jax import pipeline, sweep
 from platonic_jax import study as study_lib
 from tests.experiments.conftest import load_config
+from tests.experiments.test_suite import CONFIGS as SUITE
 
 
 def _nothing_computed(*args, **kwargs):
@@ -77,3 +78,57 @@ def test_a_writable_workdir_passes_and_nothing_is_left_behind(tmp_path):
   for workdir in (tmp_path, tmp_path / "new" / "deeper"):
     assert sweep.check_writable_dir(workdir, "workdir") == os.path.abspath(workdir)
   assert os.listdir(tmp_path) == []  # no probe left, the missing workdir not created
+
+
+LIST_FLAGS = {  # field: (command-line value, what the config then holds)
+    "data.tasks": ("('eurosat', 'dtd')", ("eurosat", "dtd")),
+    "data.controls": ("('imagenet',)", ("imagenet",)),
+    "targets": ("clip-l", ("clip-l",)),
+    "sources": ("('clip-l', 'siglip-l')", ("clip-l", "siglip-l")),
+    "settings": ("()", ()),
+}
+
+
+def _parse(argv):
+  """``argv`` through the launcher's own flag (``config_flags.DEFINE_config_file``, locked)."""
+  from absl import flags
+  from ml_collections import config_flags
+  argv = ["experiments.main"] + list(argv)
+  fv = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "suite config", flag_values=fv,
+                                  lock_config=True, sys_argv=argv)
+  fv(argv)
+  return fv.config
+
+
+@pytest.mark.parametrize("name", [n for n, _, _ in SUITE])
+def test_list_fields_are_overridden_on_the_command_line(name):
+  """Each suite config's list fields take a tuple on the command line (a list field is refused
+  by ml_collections: 'Type <class 'list'> ... is not supported for overriding')."""
+  from tests.experiments.conftest import CONFIGS
+  default = load_config(name, arg="")
+  fields = [f for f in LIST_FLAGS if f.split(".")[-1] in (default.data if "." in f else default)]
+  assert {"data.tasks", "data.controls"} <= set(fields)
+  assert name == "table25_scales" or {"targets", "sources"} <= set(fields)  # scale_* there
+  argv = [f"--config={os.path.join(CONFIGS, name)}.py"]
+  argv += [f"--config.{f}={LIST_FLAGS[f][0]}" for f in fields]
+  config = _parse(argv)
+  expected = sweep.plain(default)
+  for f in fields:
+    node = config.data if f.startswith("data.") else config
+    assert node[f.split(".")[-1]] == LIST_FLAGS[f][1], f
+    (expected["data"] if f.startswith("data.") else expected)[f.split(".")[-1]] = list(
+        LIST_FLAGS[f][1])
+  assert sweep.plain(config) == expected  # nothing else changed
+
+
+def test_a_comma_list_without_the_tuple_syntax_is_refused_with_the_syntax(tmp_path, monkeypatch):
+  from tests.experiments.conftest import CONFIGS
+  monkeypatch.setattr(study_lib, "from_config", _nothing_computed)
+  config = _parse([f"--config={CONFIGS}/table1_addition.py:micro",
+                   "--config.targets=clip-a,clip-b"])
+  assert tuple(config.targets) == ("clip-a,clip-b",)  # what absl makes of it
+  with pytest.raises(ValueError, match=r"config.targets holds 'clip-a,clip-b'.*"
+                                       r"--config.targets=\"\('clip-a', 'clip-b'\)\""):
+    tables.run(config, str(tmp_path / "work"), log=lambda s: None)
+  assert not os.path.exists(tmp_path / "work")

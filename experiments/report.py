@@ -8,14 +8,17 @@ Each RESULTS (a results.jsonl or a workdir holding one) is read with its torn la
 any) ignored; every experiment found is rendered by its ``experiments.tables`` module into
 ``OUT/report.md``, with the figures that module draws (``addition_scatter.png`` and
 ``accumulation.png`` from addition results, Figures 3 and 4; ``negation_strength.png`` from
-strength results, Figure 2). OUT defaults to the first RESULTS' directory. A file mixing
-records of several config hashes is an error unless ``--config_hash`` picks one. Rendering
-reads only the records: no model, dataset or accelerator is needed.
+strength results, Figure 2), and the corrupt examples the runs left out (the ``skipped.json``
+beside each results file, ``data.skip_corrupt``). OUT defaults to the first RESULTS'
+directory. A file mixing records of several config hashes is an error unless
+``--config_hash`` picks one. Rendering reads only the records: no model, dataset or
+accelerator is needed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from typing import Sequence
@@ -58,13 +61,30 @@ def load(paths: Sequence[str], config_hash: str | None = None) -> dict[str, list
   return out
 
 
-def render(by_experiment: dict[str, list[dict]]) -> str:
+def skipped(paths: Sequence[str]) -> dict[str, list[str]]:
+  """The corrupt examples left out by the runs of ``paths``: the ``skipped.json`` beside each
+  results file (a run of ``experiments.tables.run`` writes one), merged."""
+  out: dict[str, list[str]] = {}
+  for p in paths:
+    f = os.path.join(os.path.dirname(os.path.abspath(_path(p))), tables.SKIPPED)
+    if os.path.isfile(f):
+      with open(f) as fh:
+        for split, where in json.load(fh).items():
+          out.setdefault(split, [])
+          out[split] += [w for w in where if w not in out[split]]
+  return out
+
+
+def render(by_experiment: dict[str, list[dict]],
+           skipped_examples: dict[str, list[str]] | None = None) -> str:
   parts = [f"# Results\n"]
   for exp in tables.EXPERIMENTS:
     if exp in by_experiment:
       recs = by_experiment[exp]
       parts.append(f"## {exp} ({len(recs)} cells, config {recs[0]['config_hash'][:12]})\n")
       parts.append(tables.get(exp).render(recs))
+  if skipped_examples:
+    parts.append(tables.skipped_note(skipped_examples))
   return "\n".join(parts)
 
 
@@ -87,7 +107,7 @@ def write(paths: Sequence[str], out_dir: str | None = None,
   os.makedirs(out_dir, exist_ok=True)
   md = os.path.join(out_dir, "report.md")
   with open(md, "w") as f:
-    f.write(render(by_exp))
+    f.write(render(by_exp, skipped(paths)))
   return md, figures(by_exp, out_dir)
 
 

@@ -159,6 +159,17 @@ class Study:
     self._sources: dict[tuple[str, str, int], Source] = {}
     self._ops: dict[tuple[str, str, str, int], Any] = {}
 
+  @property
+  def skipped(self) -> dict[str, list[str]]:
+    """{"task/split": [where each dropped example lived]}: the corrupt examples left out when
+    the splits were loaded (``config.data.skip_corrupt``); empty when none were."""
+    out = {}
+    for name, task in self.tasks.items():
+      for part in (task.train[0], task.test[0]):
+        if _is_split(part) and getattr(part, "skipped", ()):
+          out[f"{name}/{part.split}"] = list(part.skipped)
+    return out
+
   # -- identity ------------------------------------------------------------------------------
 
   def fingerprint(self, m: str) -> str:
@@ -556,6 +567,9 @@ def _real_data(config, task_names: Sequence[str], log) -> tuple[dict, dict]:
   ``$PLATONIC_JAX_DATA/<task>``); its probes follow the registry's probe rule at the study
   seed (``data.n_probes`` of them: more than a train split holds is a ValueError naming the
   task and the field); ``data.max_test`` (when > 0) keeps a seeded subset of the test split.
+  With ``data.skip_corrupt`` every example is decoded once at load and the ones that cannot be
+  are left out of the split (logged, and listed by ``Study.skipped``); without it a corrupt
+  example is an error naming its file.
   """
   from platonic_jax.api import load_model
   from platonic_jax.data import loaders, registry
@@ -570,8 +584,9 @@ def _real_data(config, task_names: Sequence[str], log) -> tuple[dict, dict]:
     if spec.modality != registry.IMAGE:
       raise ValueError(f"task {t!r} is {spec.modality}; the suite's studies are image tasks")
     root = loaders.task_dir(spec, data.root or None)
-    train = loaders.load_split(spec, root, "train")
-    test = loaders.load_split(spec, root, "test")
+    skip = bool(data.get("skip_corrupt", False))  # decode all now, drop what cannot be
+    train = loaders.load_split(spec, root, "train", skip_corrupt=skip, verify=skip)
+    test = loaders.load_split(spec, root, "test", skip_corrupt=skip, verify=skip)
     if data.max_test and len(test) > data.max_test:
       keep = np.random.default_rng([config.seed, 7]).choice(len(test), data.max_test,
                                                              replace=False)
@@ -586,5 +601,8 @@ def _real_data(config, task_names: Sequence[str], log) -> tuple[dict, dict]:
                         test=(test, test.labels), probes=train.subset(ids),
                         probe_ids=tuple(int(i) for i in ids),
                         control=t in tuple(data.controls))
-    log(f"  task {t}: {len(train)} train, {len(test)} test, {len(ids)} probes ({root})")
+    dropped = "".join(f"; skipped {len(x.skipped)} corrupt {x.split} example(s): "
+                      f"{', '.join(x.skipped[:3])}{' ...' if len(x.skipped) > 3 else ''}"
+                      for x in (train, test) if x.skipped)
+    log(f"  task {t}: {len(train)} train, {len(test)} test, {len(ids)} probes ({root}){dropped}")
   return models, tasks

@@ -32,8 +32,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 # Config fields that change where or how verbosely a run works, never what it computes.
+# ``skip_corrupt`` only says what to do with unreadable examples: like ``root``, the data read
+# is identified by its content (the study's task hashes), not by the config.
 NON_SEMANTIC = frozenset({"workdir", "cache_dir", "compilation_cache", "log_every", "root",
-                          "progress"})
+                          "progress", "skip_corrupt"})
 
 
 class ResultsMismatchError(ValueError):

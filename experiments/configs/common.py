@@ -14,6 +14,9 @@ Fields:
     used (empty: all). data.models: {name: Hugging Face id or local dir} (real). data.tasks:
     downstream tasks; data.controls: controls that never enter a fit. data.root: datasets
     directory (real). data.n_probes / data.max_test: probes per task, test cap (0: none).
+    data.skip_corrupt: decode every example of the real splits at start-up and leave out those
+    that cannot be (listed in the log, WORKDIR/skipped.json, tables.md and the report);
+    False: a corrupt file is an error naming it.
   source: the labeled rank-4 source fine-tunes (rank, steps, lr, batch, seed).
   folds: K of the label-free (rank, ridge) selection.
   alpha / negation_lambda / weight_space_lambda: the strengths of METHOD.
@@ -26,8 +29,8 @@ Fields:
     or ~/.cache/platonic_jax/experiments); shared by all experiments, content-keyed.
   compilation_cache: keep compiled XLA programs in the cache directory.
 
-``cache_dir``, ``compilation_cache`` and ``data.root`` do not enter the config hash that results
-are recorded under (see ``platonic_jax.sweep.NON_SEMANTIC``).
+``cache_dir``, ``compilation_cache``, ``data.root`` and ``data.skip_corrupt`` do not enter the
+config hash that results are recorded under (see ``platonic_jax.sweep.NON_SEMANTIC``).
 
 On the command line every list field (``data.tasks``, ``data.controls``, ``data.families``,
 ``data.extra_tasks``, ``targets``, ``sources``, ``settings`` and each table's own, such as
@@ -122,6 +125,7 @@ def base(experiment: str, arg: str | None) -> ml_collections.ConfigDict:
   c.data.root = ""
   c.data.n_probes = 500
   c.data.max_test = 0
+  c.data.skip_corrupt = False
   c.source = ml_collections.ConfigDict(dict(rank=4, steps=1000, lr=1e-3, batch=64, seed=0))
   c.folds = 5
   c.alpha = 0.5

@@ -36,6 +36,7 @@ from experiments.tables import (addition, agreement, analogy, corollary, distill
 EXPERIMENTS = {m.NAME: m for m in (addition, negation, heldout, linearity, corollary, agreement,
                                    rank_cap, strength, seeds, analogy, distillation, scales)}
 RESULTS = "results.jsonl"
+SKIPPED = "skipped.json"  # {"task/split": [where each corrupt example left out lived]}
 
 
 def get(name: str):
@@ -57,7 +58,9 @@ def run(config, workdir: str, *, log: Callable[[str], None] = print, world=None,
         study=None) -> Outcome:
   """Runs (or resumes) the sweep of ``config.experiment`` into ``workdir/results.jsonl``.
 
-  Also writes ``workdir/config.json`` (the config and its hash) and ``workdir/tables.md``.
+  Also writes ``workdir/config.json`` (the config and its hash), ``workdir/tables.md`` and
+  ``workdir/skipped.json`` (the corrupt examples ``data.skip_corrupt`` left out, by split;
+  ``{}`` when none), the latter also logged and listed under the tables.
   world / study: an already built toy world or study to reuse (tests, notebooks). A workdir
   that cannot be written (``sweep.check_writable_dir``) and a list field holding a comma list
   given without the tuple syntax (``configs.common.check_name_lists``) are refused before
@@ -74,13 +77,31 @@ def run(config, workdir: str, *, log: Callable[[str], None] = print, world=None,
   sweep = Sweep(os.path.join(workdir, RESULTS), chash, config.experiment)
   if study is None:
     study = study_lib.from_config(config, log=log, world=world)
+  skipped = dict(getattr(study, "skipped", {}))
+  for split, where in skipped.items():
+    log(f"skipped {len(where)} corrupt example(s) of {split} (data.skip_corrupt): "
+        f"{', '.join(where[:3])}{' ...' if len(where) > 3 else ''}")
+  atomic_write(os.path.join(workdir, SKIPPED),
+               json.dumps(skipped, indent=1, sort_keys=True).encode())
   cells = module.cells(study, config)
   records = sweep.run(cells, lambda cell: module.compute(study, config, cell), log)
   atomic_write(os.path.join(workdir, "config.json"),
                json.dumps({"config_hash": chash, "config": plain(config)}, indent=1,
                           sort_keys=True).encode())
-  atomic_write(os.path.join(workdir, "tables.md"), module.render(records).encode())
+  atomic_write(os.path.join(workdir, "tables.md"),
+               (module.render(records) + skipped_note(skipped)).encode())
   return Outcome(records=records, computed=list(sweep.computed), study=study)
+
+
+def skipped_note(skipped: dict[str, list[str]]) -> str:
+  """A markdown paragraph listing the corrupt examples left out ({"task/split": [where]}),
+  or "" when none were."""
+  if not skipped:
+    return ""
+  lines = [f"- {split}: {len(where)} ({', '.join(where[:3])}"
+           f"{', ...' if len(where) > 3 else ''})" for split, where in sorted(skipped.items())]
+  return ("\n**Corrupt examples left out (data.skip_corrupt)**\n\n" + "\n".join(lines)
+          + "\n")
 
 
 def default_workdir(config) -> str:

@@ -8,6 +8,14 @@ Layout, one directory per entry:
 An entry is written under a hidden temporary directory in the bank and renamed into place, so a
 failed write leaves nothing behind and readers never see a half-written entry. No pickle.
 
+A process killed mid-write (SIGKILL, power loss) leaves its temporary behind
+(``.tmp-<pid>-<host>-<uuid>``; ``.trash-...`` for an entry being replaced or deleted). Opening a
+bank removes the stale ones (``OperatorBank.clean_stale``): a temporary is stale when the
+process that made it is gone (same host, no such pid) or when it is older than
+``STALE_SECONDS`` (one hour; writing an entry takes seconds), which also covers temporaries of
+other hosts sharing the directory and of older versions (``.tmp-<uuid>``). A live writer's
+temporary is never removed (pid reuse can only delay a removal); entries are never touched.
+
 Any composition at any strengths is the signed sum `sum_l s_l W_l` of stored operators, which
 folds as `K' = K (I + sum_l s_l W_l)`. A bank only ever composes operators solved for the model
 it is applied to: asking for another target is an error listing the bank's targets.
@@ -17,9 +25,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
+import socket
+import time
 import uuid
 from typing import Iterator, Mapping
 
@@ -37,6 +48,10 @@ _ARRAYS = "arrays"
 
 Key = tuple[str, str, str]
 
+STALE_SECONDS = 3600.0
+_TEMP = re.compile(r"^\.(?:tmp|trash)-(?:(\d+)-(.+)-)?([0-9a-f]{32})$")
+log = logging.getLogger(__name__)
+
 
 class MissingOperatorError(KeyError):
   """No operator stored under a requested (target, task, source)."""
@@ -53,6 +68,41 @@ def _slug(s: str) -> str:
   return re.sub(r"[^A-Za-z0-9._-]+", "-", s).strip("-.")[:48] or "x"
 
 
+def _host() -> str:
+  return _slug(socket.gethostname())
+
+
+def _temp_name(kind: str) -> str:
+  """``.<kind>-<pid>-<host>-<uuid>``: a temporary that names the process writing it."""
+  return f".{kind}-{os.getpid()}-{_host()}-{uuid.uuid4().hex}"
+
+
+def _pid_alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except OSError:  # exists but is not ours (EPERM), or cannot tell: keep its temporary
+    return True
+  return True
+
+
+def is_stale(path: str, now: float | None = None, max_age: float = STALE_SECONDS) -> bool:
+  """Whether the bank temporary at ``path`` is left over (see the module docstring): its
+  process is gone (same host) or it is older than ``max_age`` seconds. Not a temporary: False."""
+  m = _TEMP.match(os.path.basename(path))
+  if m is None:
+    return False
+  try:
+    age = (time.time() if now is None else now) - os.lstat(path).st_mtime
+  except FileNotFoundError:
+    return False
+  if age > max_age:
+    return True
+  pid, host = m.group(1), m.group(2)
+  return pid is not None and host == _host() and not _pid_alive(int(pid))
+
+
 def entry_name(key: Key) -> str:
   """Directory name of an entry: readable slugs plus a hash of the exact key."""
   digest = hashlib.sha256(json.dumps(list(key)).encode("utf-8")).hexdigest()[:12]
@@ -60,11 +110,39 @@ def entry_name(key: Key) -> str:
 
 
 class OperatorBank:
-  """Operators keyed by `(target_id, task, source)` in `directory` (created if missing)."""
+  """Operators keyed by `(target_id, task, source)` in `directory` (created if missing).
+
+  Opening one removes the stale temporaries of interrupted writes (``clean_stale``; their
+  names in ``cleaned``).
+  """
 
   def __init__(self, directory: str | os.PathLike):
     self.directory = os.path.abspath(os.fspath(directory))
     os.makedirs(self.directory, exist_ok=True)
+    self.cleaned = self.clean_stale()
+
+  def clean_stale(self, max_age: float = STALE_SECONDS) -> list[str]:
+    """Removes the temporaries that interrupted writes left in the bank (``is_stale``); returns
+    their names. Entries and a live writer's temporaries are left alone; a temporary that
+    cannot be removed (a read-only bank) stays, without an error."""
+    removed = []
+    for name in sorted(os.listdir(self.directory)):
+      path = os.path.join(self.directory, name)
+      if not is_stale(path, max_age=max_age):
+        continue
+      if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+      else:
+        try:
+          os.remove(path)
+        except OSError:
+          pass
+      if not os.path.lexists(path):
+        removed.append(name)
+    if removed:
+      log.info("removed %d stale temporaries from operator bank %s: %s", len(removed),
+               self.directory, removed)
+    return removed
 
   # -- writing -----------------------------------------------------------------------------
 
@@ -79,7 +157,7 @@ class OperatorBank:
     final = os.path.join(self.directory, entry_name(key))
     if os.path.exists(final) and not overwrite:
       raise FileExistsError(f"bank already holds {_fmt(key)}; pass overwrite=True to replace it")
-    tmp = os.path.join(self.directory, f".tmp-{uuid.uuid4().hex}")
+    tmp = os.path.join(self.directory, _temp_name("tmp"))
     trash = None
     try:
       os.makedirs(tmp)
@@ -90,7 +168,7 @@ class OperatorBank:
         f.flush()
         os.fsync(f.fileno())
       if os.path.exists(final):
-        trash = os.path.join(self.directory, f".trash-{uuid.uuid4().hex}")
+        trash = os.path.join(self.directory, _temp_name("trash"))
         os.rename(final, trash)
       try:
         os.rename(tmp, final)
@@ -115,7 +193,7 @@ class OperatorBank:
   def delete(self, target: str, task: str, source: str) -> None:
     """Remove one entry (MissingOperatorError if absent)."""
     path = self._path((target, task, source))
-    trash = os.path.join(self.directory, f".trash-{uuid.uuid4().hex}")
+    trash = os.path.join(self.directory, _temp_name("trash"))
     os.rename(path, trash)
     shutil.rmtree(trash)
 

@@ -139,3 +139,73 @@ def test_failed_overwrite_keeps_the_old_entry(tmp_path, monkeypatch):
   monkeypatch.undo()
   assert len(os.listdir(tmp_path)) == 1
   np.testing.assert_array_equal(np.asarray(bank.get(*old.key).W), np.asarray(old.W))
+
+
+_KILLED_MID_WRITE = """
+import os, sys
+import numpy as np
+from platonic_jax.core import Grid, Operator
+from platonic_jax.core import bank as bank_mod
+
+def die(path, op):  # the arrays half written, then the process is gone (no cleanup runs)
+  os.makedirs(path)
+  open(os.path.join(path, "partial"), "w").write("x")
+  os._exit(9)
+
+bank_mod.OperatorBank._write_arrays = staticmethod(die)
+grid = Grid("dtd", tuple(range(10)), tuple(f"dtd{i}" for i in range(4)), ("a {}",))
+op = Operator(W=np.eye(8, dtype=np.float32), grid=grid, target_id="openai/clip-vit-large-patch14",
+              source="clip-l", rank=2, ridge=1e-2)
+bank_mod.OperatorBank(sys.argv[1]).put(op)
+"""
+
+
+def test_an_interrupted_write_leaves_a_temporary_that_the_next_open_removes(tmp_path):
+  import subprocess
+  import sys
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  path = tmp_path / "bank"
+  bank = OperatorBank(path)
+  key = bank.put(_op("eurosat"))
+  proc = subprocess.Popen([sys.executable, "-c", _KILLED_MID_WRITE, str(path)], cwd=root,
+                          stderr=subprocess.PIPE, text=True)
+  _, err = proc.communicate(timeout=300)
+  assert proc.returncode == 9, err
+  left = [n for n in os.listdir(path) if n.startswith(".tmp-")]
+  assert len(left) == 1 and left[0].startswith(f".tmp-{proc.pid}-")  # the killed write's
+  assert bank.keys() == [key]  # readers never see it
+  reopened = OperatorBank(path)
+  assert reopened.cleaned == left
+  assert os.listdir(path) == [bank_mod.entry_name(key)]
+  np.testing.assert_array_equal(np.asarray(reopened.get(*key).W), np.asarray(_op("eurosat").W))
+
+
+def test_only_stale_temporaries_are_removed_on_open(tmp_path):
+  import subprocess
+  import sys
+  import time
+  import uuid
+  bank = OperatorBank(tmp_path)
+  key = bank.put(_op("eurosat"))
+  dead = subprocess.Popen([sys.executable, "-c", "pass"])
+  dead.wait()
+  host, now = bank_mod._host(), time.time()
+
+  def temp(name, age=0.0):
+    os.makedirs(tmp_path / name / "arrays")
+    os.utime(tmp_path / name, (now - age, now - age))
+    return name
+  u = lambda: uuid.uuid4().hex
+  stale = {temp(f".tmp-{dead.pid}-{host}-{u()}"),                     # its writer is gone
+           temp(f".trash-{dead.pid}-{host}-{u()}"),
+           temp(f".tmp-{os.getpid()}-otherhost-{u()}", age=7200),     # another host, old
+           temp(f".tmp-{u()}", age=7200)}                              # the older naming, old
+  kept = {temp(f".tmp-{os.getpid()}-{host}-{u()}"),                   # a live writer (us)
+          temp(f".tmp-{dead.pid}-otherhost-{u()}"),                    # another host, recent
+          temp(f".tmp-{u()}"),                                         # older naming, recent
+          temp(".tmp-not-a-bank-temporary", age=7200),
+          temp(".keep", age=7200)}
+  reopened = OperatorBank(tmp_path)
+  assert set(reopened.cleaned) == stale
+  assert set(os.listdir(tmp_path)) == kept | {bank_mod.entry_name(key)}
+  assert reopened.keys() == [key] and OperatorBank(tmp_path).cleaned == []

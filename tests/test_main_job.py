@@ -194,6 +194,22 @@ def test_main_job_refuses_bad_configs_before_building(tmp_path, override, match)
   _refuses(tmp_path, "experiments.main", override, match)
 
 
+@pytest.mark.parametrize("config", ["main.py:micro", "table1_addition.py:micro"])
+def test_main_job_and_suite_refuse_an_unwritable_workdir_before_building(tmp_path, config):
+  """A workdir that cannot be written (here: under a regular file, which fails for root too)
+  is refused at start-up by the launcher, before a world is pretrained or a study built."""
+  (tmp_path / "notes.txt").write_text("x")
+  cache = tmp_path / "cache"
+  env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
+  out = subprocess.run(
+      [sys.executable, "-m", "experiments.main", f"--config=experiments/configs/{config}",
+       f"--workdir={tmp_path / 'notes.txt' / 'work'}"], cwd=ROOT, env=env, capture_output=True,
+      text=True, timeout=300)
+  assert out.returncode != 0 and "--workdir" in out.stderr, out.stderr[-2000:]
+  assert "cannot be created" in out.stderr and "is not a directory" in out.stderr
+  assert not os.path.exists(cache) or not os.listdir(cache)  # nothing pretrained or cached
+
+
 def test_adapter_holdout_runs_on_the_main_jobs_adapter_cells(run, cache):
   """experiments.adapter_holdout on the micro world (cached by ``run``): one line per cell and
   recipe with fit and held-out errors, then the per-recipe means."""

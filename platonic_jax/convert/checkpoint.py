@@ -44,8 +44,8 @@ def resolve(name_or_path: str) -> str:
     raise CheckpointError(
         f"{name_or_path!r} is neither a local directory nor a hub id in the local "
         f"huggingface_hub cache ({type(e).__name__}); this machine has no hub access: download "
-        f"it where there is network (huggingface-cli download {name_or_path}) and copy the "
-        f"cache or the directory here") from None
+        f"it where there is network (hf download {name_or_path}) and copy the cache or the "
+        f"directory here") from None
 
 
 def is_open_clip(directory: str) -> bool:
@@ -62,25 +62,43 @@ def open_clip_model_type(config: dict) -> str:
   return "eva02_clip" if str(vision.get("timm_model_name") or "").startswith("eva") else "open_clip"
 
 
+def read_json(path: str) -> dict:
+  """A JSON object from ``path``; CheckpointError naming the file when it is not valid JSON or
+  not an object (a truncated or hand-edited config)."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      value = json.load(f)
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise CheckpointError(f"{path} is not valid JSON ({e}); the file is truncated or "
+                          "corrupt: restore it from the original checkpoint") from None
+  if not isinstance(value, dict):
+    raise CheckpointError(f"{path} holds a JSON {type(value).__name__}, expected an object "
+                          "({...})")
+  return value
+
+
 def read_config(directory: str) -> dict:
   """``config.json``, or in open_clip's layout ``open_clip_config.json`` with a synthesised
-  ``model_type`` (see ``open_clip_model_type``)."""
+  ``model_type`` (see ``open_clip_model_type``). CheckpointError naming the file when it is
+  not a JSON object."""
   if is_open_clip(directory):
-    with open(os.path.join(directory, OPEN_CLIP_CONFIG)) as f:
-      config = json.load(f)
+    config = read_json(os.path.join(directory, OPEN_CLIP_CONFIG))
     if not isinstance(config.get("model_cfg"), dict):
       raise CheckpointError(f"{OPEN_CLIP_CONFIG} in {directory} has no model_cfg")
     return dict(config, model_type=open_clip_model_type(config))
   path = os.path.join(directory, CONFIG)
   if not os.path.isfile(path):
     raise CheckpointError(f"no {CONFIG} (nor {OPEN_CLIP_CONFIG}) in {directory}")
-  with open(path) as f:
-    return json.load(f)
+  return read_json(path)
 
 
 def read_tensors(directory: str) -> dict[str, np.ndarray]:
-  """All tensors of the checkpoint as numpy arrays (bf16 kept as ml_dtypes.bfloat16)."""
-  from safetensors import safe_open
+  """All tensors of the checkpoint as numpy arrays (bf16 kept as ml_dtypes.bfloat16).
+
+  Raises CheckpointError naming the file for a safetensors file that cannot be read (truncated
+  or corrupt) and naming the tensors that hold NaN or inf values.
+  """
+  from safetensors import SafetensorError, safe_open
   single = os.path.join(directory, SAFETENSORS)
   index = os.path.join(directory, SAFETENSORS_INDEX)
   if is_open_clip(directory):
@@ -92,8 +110,9 @@ def read_tensors(directory: str) -> dict[str, np.ndarray]:
   elif os.path.isfile(single):
     files = [single]
   elif os.path.isfile(index):
-    with open(index) as f:
-      weight_map = json.load(f)["weight_map"]
+    weight_map = read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+      raise CheckpointError(f"{index} has no weight_map (tensor name -> shard file)")
     files = [os.path.join(directory, s) for s in sorted(set(weight_map.values()))]
     missing = [f for f in files if not os.path.isfile(f)]
     if missing:
@@ -102,13 +121,31 @@ def read_tensors(directory: str) -> dict[str, np.ndarray]:
     raise CheckpointError(f"no {SAFETENSORS} or {SAFETENSORS_INDEX} in {directory} "
                           "(only safetensors checkpoints are read)")
   tensors: dict[str, np.ndarray] = {}
+  non_finite: list[str] = []
   for path in files:
-    with safe_open(path, framework="flax") as f:
-      for key in f.keys():
-        if key in tensors:
-          raise CheckpointError(f"tensor {key!r} appears in more than one shard")
-        tensors[key] = np.asarray(f.get_tensor(key))
+    try:
+      with safe_open(path, framework="flax") as f:
+        for key in f.keys():
+          if key in tensors:
+            raise CheckpointError(f"tensor {key!r} appears in more than one shard")
+          tensors[key] = np.asarray(f.get_tensor(key))
+          if _is_float(tensors[key].dtype) and not np.isfinite(tensors[key]).all():
+            non_finite.append(f"{key} ({os.path.basename(path)})")
+    except SafetensorError as e:
+      raise CheckpointError(f"{path} is not a readable safetensors file ({e}); it is truncated "
+                            "or corrupt (an interrupted download or copy?): fetch it again") from None
+  if non_finite:
+    raise CheckpointError(f"{len(non_finite)} tensor(s) of the checkpoint in {directory} hold "
+                          f"NaN or inf values: {non_finite[:20]}"
+                          + (" ..." if len(non_finite) > 20 else ""))
   return tensors
+
+
+def _is_float(dtype) -> bool:
+  """numpy floating types and ml_dtypes' (bfloat16, float8), which numpy does not class as
+  inexact."""
+  import jax.numpy as jnp
+  return bool(jnp.issubdtype(dtype, jnp.inexact))
 
 
 def write_checkpoint(out_dir: str, config: Mapping, tensors: Mapping[str, np.ndarray],

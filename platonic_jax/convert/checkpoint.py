@@ -148,35 +148,85 @@ def _is_float(dtype) -> bool:
   return bool(jnp.issubdtype(dtype, jnp.inexact))
 
 
+# Metadata key of the weights file that write_checkpoint writes: the JSON list of the file names
+# it put in the directory (how a later export recognises, and cleans up after, its own files).
+WRITTEN_FILES_KEY = "platonic_jax.written_files"
+
+
+def written_files(directory: str) -> list[str] | None:
+  """The file names an earlier ``write_checkpoint`` put in ``directory`` (recorded in its
+  weights file's metadata), or None when the directory holds no checkpoint written by it."""
+  from safetensors import safe_open
+  for name in (SAFETENSORS, OPEN_CLIP_SAFETENSORS):
+    path = os.path.join(directory, name)
+    if not os.path.isfile(path):
+      continue
+    try:
+      with safe_open(path, framework="numpy") as f:
+        listed = json.loads((f.metadata() or {}).get(WRITTEN_FILES_KEY, "null"))
+    except Exception:  # unreadable or foreign weights: not ours
+      return None
+    if isinstance(listed, list) and all(isinstance(n, str) for n in listed):
+      return listed
+  return None
+
+
 def write_checkpoint(out_dir: str, config: Mapping, tensors: Mapping[str, np.ndarray],
                      extra: Callable[[str], None] | None = None, *, config_name: str = CONFIG,
-                     weights_name: str = SAFETENSORS) -> str:
+                     weights_name: str = SAFETENSORS, overwrite: bool = False) -> str:
   """Writes config.json + model.safetensors (or the given file names, e.g. open_clip's);
-  ``extra(tmp_dir)`` may add files (tokenizer...).
+  ``extra(tmp_dir)`` may add files (tokenizer...). Returns the absolute ``out_dir``.
 
-  Atomic: everything is written into a temporary sibling directory that replaces ``out_dir``
-  only once complete, so a failure leaves nothing half-written.
+  ``out_dir`` may be new, empty, or a checkpoint an earlier call wrote (the weights file's
+  metadata lists the files written; files of that list the new export does not write are
+  removed). Any other non-empty directory is refused (FileExistsError) unless ``overwrite``:
+  then the checkpoint's files replace same-named ones. Files this function did not write are
+  never removed.
+
+  Everything is first written into a temporary directory: a failure there leaves ``out_dir``
+  as it was. A new ``out_dir`` then appears in one rename; into an existing one each file is
+  moved by its own rename.
   """
   import jax.numpy as jnp
   from safetensors.flax import save_file
   out_dir = os.path.abspath(out_dir)
-  parent = os.path.dirname(out_dir)
+  if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+    raise FileExistsError(f"export directory {out_dir} is a file")
+  existing = sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else None
+  ours_before = written_files(out_dir) if existing else None
+  if existing and ours_before is None and not overwrite:
+    shown = ", ".join(existing[:5]) + (", ..." if len(existing) > 5 else "")
+    raise FileExistsError(
+        f"export directory {out_dir} is not empty ({len(existing)} entries: {shown}) and holds "
+        "no checkpoint written by platonic_jax; export into a new or empty directory, or pass "
+        "overwrite=True to write the checkpoint's files there (same-named files are replaced, "
+        "no other file is touched)")
+  parent = out_dir if existing is not None else os.path.dirname(out_dir)
   os.makedirs(parent, exist_ok=True)
   tmp = tempfile.mkdtemp(prefix=".tmp-export-", dir=parent)
   try:
     with open(os.path.join(tmp, config_name), "w") as f:
       json.dump(dict(config), f, indent=2, sort_keys=True)
-    arrays = {k: jnp.asarray(np.array(v, order="C")) for k, v in tensors.items()}
-    save_file(arrays, os.path.join(tmp, weights_name), metadata={"format": "pt"})
     if extra is not None:
       extra(tmp)
-    if os.path.isdir(out_dir):
-      old = out_dir + ".old-" + os.path.basename(tmp)
-      os.replace(out_dir, old)
+    names = sorted(set(os.listdir(tmp)) | {weights_name})
+    arrays = {k: jnp.asarray(np.array(v, order="C")) for k, v in tensors.items()}
+    save_file(arrays, os.path.join(tmp, weights_name),
+              metadata={"format": "pt", WRITTEN_FILES_KEY: json.dumps(names)})
+    if existing is None:
       os.replace(tmp, out_dir)
-      shutil.rmtree(old)
-    else:
-      os.replace(tmp, out_dir)
+      return out_dir
+    blocked = [n for n in names if os.path.isdir(os.path.join(out_dir, n))]
+    if blocked:
+      raise FileExistsError(f"cannot write {blocked} into {out_dir}: directories of those "
+                            "names are in the way")
+    for name in sorted(names, key=lambda n: n == weights_name):  # the weights (the list) last
+      os.replace(os.path.join(tmp, name), os.path.join(out_dir, name))
+    for name in ours_before or ():
+      path = os.path.join(out_dir, name)
+      if name not in names and os.path.basename(name) == name and os.path.isfile(path):
+        os.remove(path)
+    os.rmdir(tmp)
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise

@@ -88,15 +88,20 @@ def hf_tensors(model: DualEncoder) -> dict[str, np.ndarray]:
   return tensors
 
 
-def export_hf(model: DualEncoder, out_dir: str) -> str:
+def export_hf(model: DualEncoder, out_dir: str, *, overwrite: bool = False) -> str:
   """Writes config + safetensors (+ tokenizer and preprocessor files) in Hugging Face layout.
 
   The result loads with the family's transformers class (``CLIPModel.from_pretrained``) and
-  with ``load_model``. Atomic: a failure leaves no half-written directory. A family with its
-  own layout (``Family.export_writer``: EVA-CLIP writes open_clip's) is written by it.
+  with ``load_model``. A family with its own layout (``Family.export_writer``: EVA-CLIP writes
+  open_clip's) is written by it.
+
+  ``out_dir`` must be new, empty, or an earlier export; any other non-empty directory is
+  refused (FileExistsError) unless ``overwrite=True``, which replaces same-named files only.
+  Files the export did not write are never removed; a failure leaves ``out_dir`` as it was
+  (see ``checkpoint.write_checkpoint``).
   """
   if model.family.export_writer is not None:
-    return model.family.export_writer(model, out_dir)
+    return model.family.export_writer(model, out_dir, overwrite=overwrite)
   tensors = hf_tensors(model)
   config = dict(model.config)
   config["architectures"] = [model.family.hf_architecture]
@@ -108,4 +113,4 @@ def export_hf(model: DualEncoder, out_dir: str) -> str:
       with open(os.path.join(tmp, PREPROCESSOR_CONFIG), "w") as f:
         json.dump(model.preprocessor.to_dict(), f, indent=2)
 
-  return checkpoint.write_checkpoint(out_dir, config, tensors, extra)
+  return checkpoint.write_checkpoint(out_dir, config, tensors, extra, overwrite=overwrite)

@@ -915,13 +915,13 @@ def nnx_to_hf_buffers(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray
   return out
 
 
-def export_hf(model, out_dir: str) -> str:
+def export_hf(model, out_dir: str, *, overwrite: bool = False) -> str:
   """``pj.export_hf`` for CLAP (the registry's ``export_writer``): Hugging Face layout as for the
   other families (``config.json`` naming ``ClapModel``, ``model.safetensors``, tokenizer files),
   plus the source checkpoint's ``ClapFeatureExtractor`` ``preprocessor_config.json`` copied as
   is, and never an image-processor config (``load_model`` parses CLAP's feature-extractor
-  config as an image preprocessor, whose ``to_dict`` would replace it). Atomic, as
-  ``checkpoint.write_checkpoint``."""
+  config as an image preprocessor, whose ``to_dict`` would replace it). Refuses a foreign
+  non-empty ``out_dir`` unless ``overwrite``; atomic, as ``checkpoint.write_checkpoint``."""
   import os
   from platonic_jax.convert import checkpoint, hf
   from platonic_jax.models import audio_features
@@ -944,4 +944,4 @@ def export_hf(model, out_dir: str) -> str:
       with open(os.path.join(tmp, audio_features.PREPROCESSOR_CONFIG), "wb") as f:
         f.write(extractor)
 
-  return checkpoint.write_checkpoint(out_dir, config, tensors, extra)
+  return checkpoint.write_checkpoint(out_dir, config, tensors, extra, overwrite=overwrite)

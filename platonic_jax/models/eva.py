@@ -760,10 +760,11 @@ def _open_clip_config(model) -> dict:
   return {k: v for k, v in model.config.items() if k != "model_type"}
 
 
-def export_open_clip(model, out_dir: str) -> str:
+def export_open_clip(model, out_dir: str, *, overwrite: bool = False) -> str:
   """Writes ``open_clip_config.json`` + ``open_clip_model.safetensors`` (+ tokenizer files when
   the model has a tokenizer), loadable by ``open_clip.create_model("local-dir:" + out_dir)``
-  and by ``platonic_jax.load_model``. Atomic, as ``checkpoint.write_checkpoint``."""
+  and by ``platonic_jax.load_model``. Refuses a foreign non-empty ``out_dir`` unless
+  ``overwrite``; atomic, as ``checkpoint.write_checkpoint``."""
   from platonic_jax.convert import checkpoint, hf
   from platonic_jax.models.preprocess import PREPROCESSOR_CONFIG
   import json
@@ -783,7 +784,8 @@ def export_open_clip(model, out_dir: str) -> str:
 
   return checkpoint.write_checkpoint(out_dir, config, tensors, extra,
                                      config_name=checkpoint.OPEN_CLIP_CONFIG,
-                                     weights_name=checkpoint.OPEN_CLIP_SAFETENSORS)
+                                     weights_name=checkpoint.OPEN_CLIP_SAFETENSORS,
+                                     overwrite=overwrite)
 
 
 _PIL_RESAMPLE = {"nearest": 0, "bilinear": 2, "bicubic": 3}

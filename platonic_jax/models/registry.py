@@ -31,8 +31,9 @@ class Family:
   before conversion, raising CheckpointError for what the key map would report less clearly.
   preprocessor_from_config: optional ``config -> ImagePreprocessor | None``, used when the
   directory has no ``preprocessor_config.json``.
-  export_writer: optional ``(DualEncoder, out_dir) -> out_dir`` that ``export_hf`` delegates to
-  for a family with its own on-disk layout; None writes Hugging Face's.
+  export_writer: optional ``(DualEncoder, out_dir, *, overwrite) -> out_dir`` that ``export_hf``
+  delegates to for a family with its own on-disk layout (writing through
+  ``checkpoint.write_checkpoint``); None writes Hugging Face's.
   """
   name: str
   model_types: tuple[str, ...]

@@ -1,5 +1,6 @@
-"""Converter: sharded checkpoints, and loud failures on every kind of bad checkpoint (truncated
-or malformed files, non-finite weights) in both layouts."""
+"""Converter: sharded checkpoints, loud failures on every kind of bad checkpoint (truncated or
+malformed files, non-finite weights) in both layouts, and exports that never destroy what they
+did not write."""
 
 import json
 import os
@@ -12,6 +13,7 @@ from safetensors.numpy import load_file, save_file
 
 import platonic_jax as pj
 from platonic_jax.convert import checkpoint
+from platonic_jax.models.preprocess import ImagePreprocessor
 from tests import eva_fixtures, fixtures
 
 torch = pytest.importorskip("torch")
@@ -122,6 +124,18 @@ def test_export_is_atomic(ckpt, tmp_path):
   assert [p for p in os.listdir(tmp_path) if p.startswith(".tmp")] == []
 
 
+def test_export_failure_into_an_earlier_export_changes_nothing(ckpt, tmp_path):
+  model = pj.load_model(ckpt)
+  out = pj.export_hf(model, str(tmp_path / "out"))
+  before = {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
+
+  def boom(tmp):
+    raise RuntimeError("disk full")
+  with pytest.raises(RuntimeError, match="disk full"):
+    checkpoint.write_checkpoint(out, model.config, {"a": np.zeros(2, np.float32)}, boom)
+  assert {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)} == before
+
+
 # ---- both on-disk layouts: Hugging Face (CLIP) and open_clip (EVA02-CLIP) -----------------------
 
 EVA = eva_fixtures.NAMES[0]
@@ -204,3 +218,68 @@ def test_non_finite_weights_are_named(layout, tmp_path):
   with pytest.raises(pj.CheckpointError, match="2 tensor.* hold NaN or inf values") as e:
     pj.load_model(str(d))
   assert f"{first} ({weights})" in str(e.value) and f"{second} ({weights})" in str(e.value)
+
+
+def _snapshot(directory):
+  return {n: open(os.path.join(directory, n), "rb").read() for n in sorted(os.listdir(directory))}
+
+
+def test_export_refuses_a_foreign_directory(layout, tmp_path, monkeypatch):
+  """A non-empty directory that holds no export of ours (the working directory included) is
+  refused with nothing written or removed; overwrite=True writes the checkpoint's files there
+  and leaves every other file alone."""
+  src, weights, config = layout
+  model = pj.load_model(src)
+  out = tmp_path / "work"
+  out.mkdir()
+  (out / "notes.txt").write_text("my notes")
+  (out / config).write_text('{"mine": true}')
+  before = _snapshot(out)
+  monkeypatch.chdir(out)
+  with pytest.raises(FileExistsError, match=re.escape(str(out)) + r" is not empty \(2 entries: "
+                     r"[^)]*notes.txt[^)]*\).*overwrite=True"):
+    pj.export_hf(model, ".")
+  assert _snapshot(out) == before
+  assert pj.export_hf(model, ".", overwrite=True) == str(out)
+  assert (out / "notes.txt").read_text() == "my notes"
+  assert sorted(os.listdir(out)) == sorted([config, weights, "notes.txt"])
+  again = pj.load_model(str(out))
+  x = np.asarray(eva_fixtures.Golden(EVA).pixels if weights != checkpoint.SAFETENSORS
+                 else fixtures.random_pixels(2, NAME))
+  np.testing.assert_array_equal(pj.embed_images(again, x), pj.embed_images(model, x))
+
+
+def test_export_into_an_earlier_export_keeps_other_files(layout, tmp_path):
+  src, weights, config = layout
+  model = pj.load_model(src)
+  out = pj.export_hf(model, str(tmp_path / "exp"))
+  assert checkpoint.written_files(out) == sorted([config, weights])
+  with open(os.path.join(out, "README.md"), "w") as f:
+    f.write("my model card")
+  assert pj.export_hf(model, out) == out  # an earlier export: no overwrite needed
+  assert sorted(os.listdir(out)) == sorted([config, weights, "README.md"])
+  assert open(os.path.join(out, "README.md")).read() == "my model card"
+
+
+def test_reexport_removes_only_its_own_stale_files(ckpt, tmp_path):
+  """A file the earlier export wrote and this one does not (the preprocessor config) goes; a
+  file it did not write stays."""
+  model = pj.load_model(ckpt)
+  model.preprocessor = ImagePreprocessor(shortest_edge=28, crop_hw=(28, 28))
+  out = pj.export_hf(model, str(tmp_path / "exp"))
+  assert "preprocessor_config.json" in checkpoint.written_files(out)
+  (tmp_path / "exp" / "extra.json").write_text("{}")
+  model.preprocessor = None
+  pj.export_hf(model, out)
+  assert sorted(os.listdir(out)) == ["config.json", "extra.json", "model.safetensors"]
+
+
+def test_export_into_an_empty_directory_and_onto_a_file(ckpt, tmp_path):
+  model = pj.load_model(ckpt)
+  (tmp_path / "empty").mkdir()
+  out = pj.export_hf(model, str(tmp_path / "empty"))
+  assert sorted(os.listdir(out)) == ["config.json", "model.safetensors"]
+  (tmp_path / "file").write_text("x")
+  with pytest.raises(FileExistsError, match="is a file"):
+    pj.export_hf(model, str(tmp_path / "file"))
+  assert (tmp_path / "file").read_text() == "x"

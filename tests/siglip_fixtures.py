@@ -80,6 +80,33 @@ def hf_siglip2(name: str, seed: int = 0):
   return _randomise(Siglip2Model(cfg).eval(), seed + 1)
 
 
+# Words of the tokenizer below (ids 3...); every tiny text config has room for them.
+WORDS = "a photo of the cat dog bird red green blue small large on branch sky".split()
+
+
+def save_siglip_tokenizer(directory, vocab_size: int, max_length: int):
+  """Saves (``save_pretrained``) a word-level tokenizer shaped like the real SigLIP ones: its
+  ``tokenizer_config.json`` lists ``model_input_names: ["input_ids"]`` (so it returns no
+  attention mask), it appends ``</s>`` and pads with ``</s>``, ``model_max_length`` is the text
+  tower's length. Ids: ``<pad>`` 0, ``</s>`` 1, ``<unk>`` 2, then ``WORDS``. Returns it."""
+  from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+  from transformers import PreTrainedTokenizerFast
+  vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2}
+  for w in WORDS:
+    vocab[w] = len(vocab)
+  assert len(vocab) <= vocab_size, (len(vocab), vocab_size)
+  tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+  tok.normalizer = normalizers.Lowercase()
+  tok.pre_tokenizer = pre_tokenizers.Whitespace()
+  tok.post_processor = processors.TemplateProcessing(single="$A </s>",
+                                                     special_tokens=[("</s>", 1)])
+  fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", pad_token="</s>",
+                                 unk_token="<unk>", model_max_length=int(max_length),
+                                 model_input_names=["input_ids"])
+  fast.save_pretrained(str(directory))
+  return fast
+
+
 def siglip_pixels(n: int, name: str, seed: int = 0) -> np.ndarray:
   v = TINY_SIGLIPS[name]["vision"]
   return np.random.RandomState(seed).randn(n, 3, v["image_size"], v["image_size"]).astype(np.float32)

@@ -72,7 +72,11 @@ class DualEncoder:
     return int(getattr(text, "max_tokens", text.max_position_embeddings))
 
   def tokenize(self, texts: Sequence[str], length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """texts -> (ids (m, T) int32, mask (m, T) int32), padded to ``length`` (or the longest)."""
+    """texts -> (ids (m, T) int32, mask (m, T) int32), padded to ``length`` (or the longest).
+
+    The mask is asked for explicitly: SigLIP's tokenizers list only ``input_ids`` in their
+    ``model_input_names`` and return no mask unless asked.
+    """
     if self.tokenizer is None:
       raise ValueError(f"model {self.name!r} has no tokenizer (no tokenizer files were found)")
     if isinstance(texts, str) or not isinstance(texts, Sequence):
@@ -81,7 +85,11 @@ class DualEncoder:
       raise ValueError("texts is empty")
     enc = self.tokenizer(list(texts), padding="max_length" if length else "longest",
                          truncation=True, max_length=length or self.max_text_length,
-                         return_tensors="np")
+                         return_attention_mask=True, return_tensors="np")
+    missing = [k for k in ("input_ids", "attention_mask") if k not in enc]
+    if missing:
+      raise ValueError(f"the tokenizer of model {self.name!r} ({type(self.tokenizer).__name__}) "
+                       f"returned no {' and no '.join(missing)} (it returned {sorted(enc)})")
     return enc["input_ids"].astype(np.int32), enc["attention_mask"].astype(np.int32)
 
   def clone(self, module: nnx.Module | None = None) -> "DualEncoder":

@@ -193,3 +193,30 @@ def test_non_square_position_grid_is_rejected():
          "text_config": {"hidden_size": 32, "num_attention_heads": 4}}
   with pytest.raises(ValueError, match="num_patches 20 is not a square"):
     siglip2.Siglip2Spec.from_hf_config(cfg)
+
+
+@pytest.mark.parametrize("pair", NAMES[:1], indirect=True)
+def test_real_style_tokenizer_without_attention_mask(pair, tmp_path):
+  """A tokenizer that returns no attention mask (model_input_names ["input_ids"], as SigLIP's)
+  drives embed_texts and class_embeddings: equal to transformers' text features on max-length
+  padding within 1e-4."""
+  name, ref, _ = pair
+  t = fx.TINY_SIGLIP2S[name]["text"]
+  d = tmp_path / "ckpt"
+  ref.save_pretrained(str(d))
+  fx.save_siglip_tokenizer(d, t["vocab_size"], t["max_position_embeddings"])
+  model = pj.load_model(str(d))
+  assert "attention_mask" not in model.tokenizer(["a cat"], return_tensors="np")
+
+  def ref_text(texts):
+    full = model.tokenizer(texts, padding="max_length", max_length=t["max_position_embeddings"],
+                           truncation=True, return_tensors="np")["input_ids"]
+    with torch.no_grad():
+      return _normalize(ref.get_text_features(input_ids=_t(full)).pooler_output.numpy())
+
+  texts = ["a photo of a cat", "dog", "the small red bird on a branch", "blue sky"]
+  np.testing.assert_allclose(pj.embed_texts(model, texts), ref_text(texts), atol=1e-4, rtol=0)
+  classes, templates = ["cat", "bird"], ["a photo of the {}", "a small {}", "{}"]
+  z = np.stack([ref_text([tp.format(c) for tp in templates]).mean(0) for c in classes])
+  np.testing.assert_allclose(pj.class_embeddings(model, classes, templates), _normalize(z),
+                             atol=1e-4, rtol=0)

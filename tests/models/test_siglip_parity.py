@@ -169,7 +169,8 @@ class _WordTokenizer:
   def __init__(self, vocab_size):
     self.vocab_size = vocab_size
 
-  def __call__(self, texts, padding, truncation, max_length, return_tensors):
+  def __call__(self, texts, padding, truncation, max_length, return_tensors,
+               return_attention_mask=True):
     rows = [[3 + sum(map(ord, w)) % (self.vocab_size - 3) for w in t.split()][:max_length]
             for t in texts]
     length = max_length if padding == "max_length" else max(map(len, rows))
@@ -196,3 +197,33 @@ def test_embed_texts_pads_to_max_length_unmasked(pair):
   with torch.no_grad():
     want = ref.get_text_features(input_ids=_t(full)).pooler_output.numpy()
   np.testing.assert_allclose(pj.embed_texts(model, texts), _normalize(want), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("pair", NAMES[:1], indirect=True)
+def test_real_style_tokenizer_without_attention_mask(pair, tmp_path):
+  """A tokenizer like the real SigLIP ones (model_input_names ["input_ids"]: it returns no
+  attention mask) drives embed_texts and class_embeddings, which equal transformers' text
+  features on the processor's max-length padding (attended, no mask) within 1e-4."""
+  name, ref, _ = pair
+  t = _text(name)
+  d = tmp_path / "ckpt"
+  ref.save_pretrained(str(d))
+  fx.save_siglip_tokenizer(d, t["vocab_size"], t["max_position_embeddings"])
+  model = pj.load_model(str(d))
+  assert model.tokenizer.model_input_names == ["input_ids"]
+  assert "attention_mask" not in model.tokenizer(["a cat"], return_tensors="np")
+  ids, mask = model.tokenize(["a cat", "the small red bird"])
+  np.testing.assert_array_equal(mask, [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+
+  def ref_text(texts):
+    full = model.tokenizer(texts, padding="max_length", max_length=t["max_position_embeddings"],
+                           truncation=True, return_tensors="np")["input_ids"]
+    with torch.no_grad():
+      return _normalize(ref.get_text_features(input_ids=_t(full)).pooler_output.numpy())
+
+  texts = ["a photo of a cat", "dog", "a small red bird on a branch", "blue sky"]
+  np.testing.assert_allclose(pj.embed_texts(model, texts), ref_text(texts), atol=1e-4, rtol=0)
+  classes, templates = ["cat", "dog", "bird"], ["a photo of the {}", "a small {}"]
+  z = np.stack([ref_text([tp.format(c) for tp in templates]).mean(0) for c in classes])
+  np.testing.assert_allclose(pj.class_embeddings(model, classes, templates), _normalize(z),
+                             atol=1e-4, rtol=0)

@@ -8,8 +8,9 @@ host prepares batch i+1 while the devices run batch i.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +18,7 @@ import numpy as np
 from flax import nnx
 
 from platonic_jax.models.dual_encoder import DualEncoder
+from platonic_jax.models.preprocess import NaflexInputs
 from platonic_jax.parallel import mesh as mesh_lib
 
 # Number of times an embedding function was traced (i.e. compiled); tests read it.
@@ -41,10 +43,10 @@ def _cast_state(state, dtype):
 def _compiled(graphdef, kind: str, mesh, dtype_name: str, normalize: bool):
   dtype = jnp.dtype(dtype_name)
 
-  def image_fn(state, pixels):
+  def image_fn(state, pixels, *extra):
     TRACE_COUNT["image"] += 1
     module = nnx.merge(graphdef, state)
-    z = module.encode_image(pixels.astype(dtype))
+    z = module.encode_image(pixels.astype(dtype), *extra)
     return l2_normalize(z) if normalize else z.astype(jnp.float32)
 
   def text_fn(state, ids, mask):
@@ -62,6 +64,8 @@ def _compiled(graphdef, kind: str, mesh, dtype_name: str, normalize: bool):
   rep, sharded = mesh_lib.replicated(mesh), mesh_lib.batch_sharding(mesh)
   if kind == "image":
     return jax.jit(image_fn, in_shardings=(rep, sharded), out_shardings=sharded)
+  if kind == "naflex":  # pixel_values, pixel_attention_mask, spatial_shapes
+    return jax.jit(image_fn, in_shardings=(rep, sharded, sharded, sharded), out_shardings=sharded)
   if kind == "audio":
     return jax.jit(audio_fn, in_shardings=(rep, sharded, sharded), out_shardings=sharded)
   return jax.jit(text_fn, in_shardings=(rep, sharded, sharded), out_shardings=sharded)
@@ -84,9 +88,9 @@ def _run_batches(fn: Callable, state, arrays: Sequence[np.ndarray], n: int, batc
     chunk = []
     for a in arrays:
       part = a[start:stop]
-      if stop - start < batch:  # pad the final partial batch to the bucket
-        pad = np.zeros((batch - (stop - start),) + part.shape[1:], part.dtype)
-        part = np.concatenate([part, pad])
+      if stop - start < batch:  # pad the final partial batch to the bucket with copies of its
+        # last row: a valid input of every kind (a NaFlex image's shape included), dropped below
+        part = np.concatenate([part, np.repeat(part[-1:], batch - (stop - start), axis=0)])
       chunk.append(jax.device_put(part, sharding))
     outs.append((fn(state, *chunk), stop - start))
     if bar is not None:
@@ -96,7 +100,41 @@ def _run_batches(fn: Callable, state, arrays: Sequence[np.ndarray], n: int, batc
   return np.concatenate([np.asarray(o)[:k] for o, k in outs])
 
 
-def _prepare_images(model: DualEncoder, images) -> np.ndarray:
+def _image_inputs(model: DualEncoder) -> tuple[str, ...]:
+  """Names of ``encode_image``'s inputs: ("pixel_values",), or NaFlex's three."""
+  return tuple(getattr(model.module, "image_inputs", ("pixel_values",)))
+
+
+def _prepare_naflex(model: DualEncoder, inputs) -> list[np.ndarray]:
+  """NaflexInputs or a mapping (the processor's output) -> [pixel_values (n, N, C*p*p) float32,
+  pixel_attention_mask (n, N) int32, spatial_shapes (n, 2) int32], validated on the host."""
+  names = _image_inputs(model)
+  if len(names) == 1:
+    raise ValueError(f"model {model.name!r} ({model.family.name}) takes images "
+                     f"(n, {', '.join(map(str, model.image_shape))}), not NaFlex inputs "
+                     f"(pixel_values, pixel_attention_mask, spatial_shapes)")
+  if isinstance(inputs, NaflexInputs):
+    inputs = {f.name: getattr(inputs, f.name) for f in dataclasses.fields(inputs)}
+  missing = [k for k in names if k not in inputs]
+  if missing:
+    raise ValueError(f"NaFlex inputs need {list(names)}; missing {missing} (got "
+                     f"{sorted(map(str, inputs))})")
+  pv, mask, shapes = (np.asarray(inputs[k]) for k in names)
+  if pv.ndim != 3:
+    raise ValueError(f"NaFlex pixel_values must be (n, N, C*p*p), got shape {pv.shape}")
+  if pv.shape[0] == 0:
+    raise ValueError("images is empty")
+  if not np.issubdtype(pv.dtype, np.floating):
+    raise ValueError(f"NaFlex pixel_values must be floating point, got {pv.dtype}")
+  if not np.issubdtype(shapes.dtype, np.integer):
+    raise ValueError(f"spatial_shapes must be integers (n, 2), got {shapes.dtype}")
+  model.module.vision_model.check_inputs(pv, mask, shapes)  # ValueError naming the problem
+  return [pv.astype(np.float32, copy=False), (mask > 0).astype(np.int32),
+          shapes.astype(np.int32)]
+
+
+def _prepare_images(model: DualEncoder, images) -> list[np.ndarray]:
+  """-> encode_image's inputs: [pixels (n, C, H, W) float32], or NaFlex's three arrays."""
   if getattr(model.module, "input_kind", "image") != "image":
     raise ValueError(f"model {model.name!r} ({model.family.name}) embeds "
                      f"{model.module.input_kind}, not images: use embed_audio")
@@ -105,9 +143,13 @@ def _prepare_images(model: DualEncoder, images) -> np.ndarray:
     if not images:
       raise ValueError("images is empty")
     if model.preprocessor is None:
+      naflex = (" or NaFlex inputs (pixel_values, pixel_attention_mask, spatial_shapes)"
+                if len(_image_inputs(model)) > 1 else "")
       raise ValueError(f"model {model.name!r} has no preprocessor_config.json; pass an "
-                       f"array of preprocessed images of shape (n, {c}, {h}, {w})")
+                       f"array of preprocessed images of shape (n, {c}, {h}, {w}){naflex}")
     images = model.preprocessor(images)
+  if isinstance(images, (NaflexInputs, Mapping)):
+    return _prepare_naflex(model, images)
   images = np.asarray(images)
   if images.ndim != 4:
     raise ValueError(f"images must be a list of PIL images or an array (n, {c}, {h}, {w}); "
@@ -122,7 +164,7 @@ def _prepare_images(model: DualEncoder, images) -> np.ndarray:
                      f"{h}x{w} (array shape (n, {c}, {h}, {w}))")
   if not np.issubdtype(images.dtype, np.floating):
     raise ValueError(f"preprocessed images must be floating point, got {images.dtype}")
-  return images.astype(np.float32, copy=False)
+  return [images.astype(np.float32, copy=False)]
 
 
 def _batch_size(batch_size: int, mesh) -> int:
@@ -136,17 +178,22 @@ def embed_images(model: DualEncoder, images, *, batch_size: int = 64, mesh=None,
   """Image embeddings ``(n, d)`` float32, L2-normalised unless ``normalize=False``.
 
   images: a list of PIL images (preprocessed with the checkpoint's processor config) or an
-  array ``(n, 3, H, W)`` already preprocessed. batch_size is rounded up to a multiple of the
-  device count; the last partial batch is padded, so one compilation serves the whole run.
+  array ``(n, 3, H, W)`` already preprocessed; for a SigLIP2 NaFlex model also NaFlex inputs:
+  ``NaflexInputs`` or a mapping (e.g. ``Siglip2ImageProcessor``'s output) with
+  ``pixel_values (n, N, C*p*p)``, ``pixel_attention_mask (n, N)`` and ``spatial_shapes (n, 2)``.
+  batch_size is rounded up to a multiple of the device count; the last partial batch is
+  padded, so one compilation serves the whole run.
   """
-  pixels = _prepare_images(model, images)
+  inputs = _prepare_images(model, images)
+  n = inputs[0].shape[0]
   mesh = mesh or mesh_lib.data_mesh()
   batch = _batch_size(batch_size, mesh)
   graphdef, state = nnx.split(model.module)
   state = _cast_state(state, model.dtype)
-  fn = _compiled(graphdef, "image", mesh, jnp.dtype(model.dtype).name, normalize)
-  progress = pixels.shape[0] > 20 * batch if progress is None else progress
-  return _run_batches(fn, state, [pixels], pixels.shape[0], batch, mesh, progress, "images")
+  kind = "image" if len(inputs) == 1 else "naflex"
+  fn = _compiled(graphdef, kind, mesh, jnp.dtype(model.dtype).name, normalize)
+  progress = n > 20 * batch if progress is None else progress
+  return _run_batches(fn, state, inputs, n, batch, mesh, progress, "images")
 
 
 def embed_texts(model: DualEncoder, texts: Sequence[str], *, batch_size: int = 256, mesh=None,

@@ -12,7 +12,8 @@ from flax import nnx
 
 from platonic_jax.convert import checkpoint, keymap
 from platonic_jax.models.dual_encoder import DualEncoder
-from platonic_jax.models.preprocess import PREPROCESSOR_CONFIG, ImagePreprocessor
+from platonic_jax.models import preprocess
+from platonic_jax.models.preprocess import PREPROCESSOR_CONFIG
 from platonic_jax.models.registry import family_for_config
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer_config.json")
@@ -68,7 +69,7 @@ def load_model(name_or_path: str, dtype=jnp.float32) -> DualEncoder:
   files = {}
   # An audio family's preprocessor_config.json describes its feature extractor, not images.
   audio = getattr(family.module, "input_kind", "image") == "audio"
-  preprocessor = None if audio else ImagePreprocessor.from_dir(directory)
+  preprocessor = None if audio else preprocess.from_dir(directory)
   if preprocessor is None and family.preprocessor_from_config is not None:
     preprocessor = family.preprocessor_from_config(config)
   return DualEncoder(module=module, config=config, family=family,

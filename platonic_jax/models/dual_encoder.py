@@ -14,7 +14,7 @@ import numpy as np
 from flax import nnx
 
 from platonic_jax.convert import keymap
-from platonic_jax.models.preprocess import ImagePreprocessor
+from platonic_jax.models.preprocess import ImagePreprocessor, NaflexPreprocessor
 from platonic_jax.models.registry import Family
 
 
@@ -25,7 +25,8 @@ class DualEncoder:
   module: the NNX module (``encode_image``, ``encode_text``, ``logit_scale``, ``logit_bias``).
   config: the Hugging Face ``config.json`` dict it was built from (written back on export).
   family: its registry entry. tokenizer: a transformers tokenizer or None.
-  preprocessor: image preprocessing, or None (then only preprocessed arrays are accepted).
+  preprocessor: image preprocessing (``NaflexPreprocessor`` for SigLIP2 NaFlex checkpoints), or
+  None (then only preprocessed inputs are accepted).
   name: where it came from (hub id or directory). dtype: compute dtype for embedding.
   files: tokenizer / processor files to copy on export {file name: source path}.
   """
@@ -33,7 +34,7 @@ class DualEncoder:
   config: dict
   family: Family
   tokenizer: Any = None
-  preprocessor: ImagePreprocessor | None = None
+  preprocessor: ImagePreprocessor | NaflexPreprocessor | None = None
   name: str = "model"
   dtype: Any = jnp.float32
   files: dict = dataclasses.field(default_factory=dict)

@@ -1,14 +1,22 @@
 """Image preprocessing equal to a checkpoint's ``preprocessor_config.json`` (numpy + PIL).
 
-CLIP's recipe: convert to RGB, resize the shortest side (bicubic), center crop, rescale by
-1/255, normalise by mean/std, NCHW float32. Already-preprocessed arrays ``(n, 3, H, W)`` pass
-through after a shape check.
+CLIP's recipe (``ImagePreprocessor``): convert to RGB, resize the shortest side (bicubic),
+center crop, rescale by 1/255, normalise by mean/std, NCHW float32. Already-preprocessed arrays
+``(n, 3, H, W)`` pass through after a shape check.
+
+SigLIP2 NaFlex's recipe (``NaflexPreprocessor``, transformers' ``Siglip2ImageProcessor``):
+resize each image, keeping its aspect ratio, to the largest multiple of the patch size that
+holds at most ``max_num_patches`` patches, rescale, normalise, cut into patches and pad them to
+``max_num_patches`` rows: ``NaflexInputs``.
+
+``from_dict`` / ``from_dir`` read either kind from a processor config.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from typing import Any, Mapping, Sequence
 
@@ -37,6 +45,10 @@ class ImagePreprocessor:
 
   @classmethod
   def from_dict(cls, d: Mapping[str, Any]) -> "ImagePreprocessor":
+    if is_naflex_config(d):
+      raise ValueError(f"{d.get('image_processor_type')!r} config (patch_size, max_num_patches) "
+                       "is SigLIP2 NaFlex preprocessing: read it with NaflexPreprocessor.from_dict"
+                       " (or preprocess.from_dict, which picks the kind)")
     size = d.get("size") or {}
     crop = d.get("crop_size") or {}
     if isinstance(size, int):
@@ -62,11 +74,8 @@ class ImagePreprocessor:
 
   @classmethod
   def from_dir(cls, directory: str) -> "ImagePreprocessor | None":
-    path = os.path.join(directory, PREPROCESSOR_CONFIG)
-    if not os.path.isfile(path):
-      return None
-    with open(path) as f:
-      return cls.from_dict(json.load(f))
+    d = _read_config(directory)
+    return None if d is None else cls.from_dict(d)
 
   def to_dict(self) -> dict:
     size = ({"shortest_edge": self.shortest_edge} if self.size_hw is None else
@@ -132,6 +141,195 @@ class ImagePreprocessor:
         x = (x - np.asarray(self.image_mean, np.float32)) / np.asarray(self.image_std, np.float32)
       out.append(x.transpose(2, 0, 1))
     return np.stack(out).astype(np.float32)
+
+
+# ---- SigLIP2 NaFlex ------------------------------------------------------------------------------
+
+NAFLEX_PROCESSOR_TYPES = ("Siglip2ImageProcessor", "Siglip2ImageProcessorFast",
+                          "Siglip2ImageProcessorPil")
+
+
+def is_naflex_config(d: Mapping[str, Any]) -> bool:
+  """True for a ``Siglip2ImageProcessor`` config (by its type, or by ``max_num_patches``)."""
+  return d.get("image_processor_type") in NAFLEX_PROCESSOR_TYPES or "max_num_patches" in d
+
+
+@dataclasses.dataclass(frozen=True)
+class NaflexInputs:
+  """What a NaFlex vision tower takes for ``n`` images padded to ``N`` patches.
+
+  pixel_values ``(n, N, C*p*p)`` float32: patch ``i`` of an image holds its ``p x p`` square in
+  (row, column, channel) order, patches row-major, padding rows zero.
+  pixel_attention_mask ``(n, N)`` int32: 1 for the ``h*w`` real patches (first), 0 for padding.
+  spatial_shapes ``(n, 2)`` int64: each image's ``(h, w)`` in patches.
+  """
+  pixel_values: np.ndarray
+  pixel_attention_mask: np.ndarray
+  spatial_shapes: np.ndarray
+
+  def __len__(self) -> int:
+    return int(self.pixel_values.shape[0])
+
+
+def naflex_size(height: int, width: int, patch_size: int, max_num_patches: int,
+                eps: float = 1e-5) -> tuple[int, int]:
+  """The ``(height, width)`` in pixels a NaFlex processor resizes an image to.
+
+  Both sides are scaled by one factor ``s`` and rounded up to a multiple of ``patch_size`` (at
+  least one patch); ``s`` is the lower end of a bisection on ``[eps / 10, 100]``, stopped when
+  the bracket is narrower than ``eps``, for the largest factor whose patch count is at most
+  ``max_num_patches`` (``Siglip2ImageProcessor``'s search, so sizes agree with it exactly).
+  """
+  def sides(scale: float) -> tuple[int, int]:
+    return tuple(max(patch_size, int(math.ceil(x * scale / patch_size)) * patch_size)
+                 for x in (height, width))
+
+  low, high = eps / 10, 100.0
+  while high - low >= eps:
+    mid = (low + high) / 2
+    h, w = sides(mid)
+    if (h // patch_size) * (w // patch_size) <= max_num_patches:
+      low = mid
+    else:
+      high = mid
+  return sides(low)
+
+
+def _positive_int(d: Mapping[str, Any], key: str, default: int) -> int:
+  value = d.get(key, default)
+  if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    raise ValueError(f"image processor config field {key!r} must be a positive integer, got "
+                     f"{value!r}")
+  return value
+
+
+@dataclasses.dataclass(frozen=True)
+class NaflexPreprocessor:
+  """The fields of a ``Siglip2ImageProcessor`` config (defaults: transformers' class defaults).
+
+  ``do_convert_rgb`` None (the hub configs' value) converts nothing, as transformers does.
+  """
+  patch_size: int = 16
+  max_num_patches: int = 256
+  resample: int = 2  # PIL.Image.BILINEAR
+  rescale_factor: float = 1 / 255
+  image_mean: tuple[float, ...] = (0.5, 0.5, 0.5)
+  image_std: tuple[float, ...] = (0.5, 0.5, 0.5)
+  do_resize: bool = True
+  do_rescale: bool = True
+  do_normalize: bool = True
+  do_convert_rgb: bool | None = None
+
+  @classmethod
+  def from_dict(cls, d: Mapping[str, Any]) -> "NaflexPreprocessor":
+    """From a ``preprocessor_config.json`` dict; ValueError naming a bad field."""
+    default = cls()
+
+    def flag(key):
+      value = d.get(key, getattr(default, key))
+      return value if value is None else bool(value)
+
+    def triple(key):
+      value = d.get(key, getattr(default, key))
+      return tuple(float(v) for v in value) if isinstance(value, (list, tuple)) else (float(value),) * 3
+
+    return cls(patch_size=_positive_int(d, "patch_size", default.patch_size),
+               max_num_patches=_positive_int(d, "max_num_patches", default.max_num_patches),
+               resample=int(d.get("resample", default.resample)),
+               rescale_factor=float(d.get("rescale_factor", default.rescale_factor)),
+               image_mean=triple("image_mean"), image_std=triple("image_std"),
+               do_resize=bool(flag("do_resize")), do_rescale=bool(flag("do_rescale")),
+               do_normalize=bool(flag("do_normalize")), do_convert_rgb=flag("do_convert_rgb"))
+
+  def to_dict(self) -> dict:
+    """A ``preprocessor_config.json`` dict that ``Siglip2ImageProcessor`` loads."""
+    return {
+        "image_processor_type": "Siglip2ImageProcessor",
+        "processor_class": "Siglip2Processor",
+        "patch_size": self.patch_size,
+        "max_num_patches": self.max_num_patches,
+        "resample": self.resample,
+        "rescale_factor": self.rescale_factor,
+        "image_mean": list(self.image_mean),
+        "image_std": list(self.image_std),
+        "do_resize": self.do_resize,
+        "do_rescale": self.do_rescale,
+        "do_normalize": self.do_normalize,
+        "do_convert_rgb": self.do_convert_rgb,
+    }
+
+  def __call__(self, images: Sequence) -> NaflexInputs:
+    """List of PIL images -> ``NaflexInputs`` padded to ``max_num_patches`` patches."""
+    from PIL import Image
+    p, n_max = self.patch_size, self.max_num_patches
+    values, masks, shapes = [], [], []
+    for i, image in enumerate(images):
+      if not isinstance(image, Image.Image):
+        raise TypeError(f"image {i} is a {type(image).__name__}, expected a PIL image (or pass "
+                        "NaflexInputs / the processor's pixel_values, pixel_attention_mask and "
+                        "spatial_shapes)")
+      if self.do_convert_rgb and image.mode != "RGB":
+        image = image.convert("RGB")
+      if self.do_resize:
+        h, w = naflex_size(image.height, image.width, p, n_max)
+        image = image.resize((w, h), resample=Image.Resampling(self.resample))
+      x = np.asarray(image, dtype=np.float32)
+      if x.ndim == 2:
+        x = x[:, :, None]
+      h, w, c = x.shape
+      if self.do_normalize and c != len(self.image_mean):
+        raise ValueError(f"image {i} has {c} channel(s) (PIL mode {image.mode}) but image_mean "
+                         f"has {len(self.image_mean)} values: convert it to RGB first (this "
+                         f"config's do_convert_rgb is {self.do_convert_rgb})")
+      if h % p or w % p or (h // p) * (w // p) > n_max:
+        raise ValueError(f"image {i} is {h}x{w} pixels: without do_resize it must be cut into "
+                         f"at most {n_max} whole {p}x{p} patches")
+      if self.do_rescale:
+        x = x * np.float32(self.rescale_factor)
+      if self.do_normalize:
+        x = (x - np.asarray(self.image_mean, np.float32)) / np.asarray(self.image_std, np.float32)
+      patches = x.reshape(h // p, p, w // p, p, c).transpose(0, 2, 1, 3, 4).reshape(-1, p * p * c)
+      padded = np.zeros((n_max, p * p * c), np.float32)
+      padded[:len(patches)] = patches
+      values.append(padded)
+      masks.append(np.arange(n_max) < len(patches))
+      shapes.append((h // p, w // p))
+    if not values:
+      raise ValueError("images is empty")
+    dims = {v.shape[1] for v in values}
+    if len(dims) > 1:
+      raise ValueError(f"images have different channel counts (patch widths {sorted(dims)}); "
+                       "convert them to one mode (RGB) first")
+    return NaflexInputs(np.stack(values), np.stack(masks).astype(np.int32),
+                        np.asarray(shapes, np.int64))
+
+
+def _read_config(directory: str) -> dict | None:
+  """The directory's ``preprocessor_config.json`` as a dict, None without one; ValueError naming
+  the file when it is not a JSON object."""
+  path = os.path.join(directory, PREPROCESSOR_CONFIG)
+  if not os.path.isfile(path):
+    return None
+  try:
+    with open(path, encoding="utf-8") as f:
+      d = json.load(f)
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise ValueError(f"{path} is not valid JSON ({e})") from None
+  if not isinstance(d, dict):
+    raise ValueError(f"{path} holds a JSON {type(d).__name__}, expected an object")
+  return d
+
+
+def from_dict(d: Mapping[str, Any]) -> "ImagePreprocessor | NaflexPreprocessor":
+  """The preprocessor a processor config describes: ``NaflexPreprocessor`` for a
+  ``Siglip2ImageProcessor`` config, else ``ImagePreprocessor``."""
+  return NaflexPreprocessor.from_dict(d) if is_naflex_config(d) else ImagePreprocessor.from_dict(d)
+
+
+def from_dir(directory: str) -> "ImagePreprocessor | NaflexPreprocessor | None":
+  """``from_dict`` of the directory's ``preprocessor_config.json``; None without one."""
+  d = _read_config(directory)
+  return None if d is None else from_dict(d)
 
 
 def center_crop(x: np.ndarray, h: int, w: int) -> np.ndarray:

@@ -185,7 +185,8 @@ class Siglip2VisionTransformer(nnx.Module):
     """
     s = self.spec
     p = s.patch_size
-    x = jnp.asarray(pixel_values)
+    # host arrays stay on the host (only their shape is read); anything else becomes a jax array
+    x = pixel_values if isinstance(pixel_values, (np.ndarray, jax.Array)) else jnp.asarray(pixel_values)
     if x.ndim == 4:
       if pixel_attention_mask is not None or spatial_shapes is not None:
         raise ValueError("NCHW images (B, C, H, W) take no pixel_attention_mask or "
@@ -229,6 +230,12 @@ class Siglip2VisionTransformer(nnx.Module):
       if mask_np is not None and not np.array_equal((mask_np > 0).sum(-1), sizes):
         raise ValueError(f"pixel_attention_mask marks {(mask_np > 0).sum(-1).tolist()} real "
                          f"patches per image but spatial_shapes give {sizes.tolist()}")
+      if mask_np is not None:
+        misplaced = ((mask_np > 0) != (np.arange(n)[None] < sizes[:, None])).any(-1)
+        if misplaced.any():
+          raise ValueError(f"pixel_attention_mask rows {np.flatnonzero(misplaced).tolist()} do "
+                           "not mark the first h*w patches as real: an image's patches come "
+                           "first, its padding after")
     return x, mask, shapes
 
   def tokens(self, pixel_values, pixel_attention_mask=None, spatial_shapes=None):
@@ -252,6 +259,8 @@ class Siglip2Model(nnx.Module):
   """
 
   family = "siglip2"
+  # encode_image's NaFlex inputs, in order (platonic_jax.embed.embed_images accepts them by name)
+  image_inputs = ("pixel_values", "pixel_attention_mask", "spatial_shapes")
   # The residual pooling head's last affine: the head edit folds into its kernel.
   edit_point = ("vision_model", "head", "mlp", "fc2")
 

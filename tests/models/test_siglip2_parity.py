@@ -1,6 +1,9 @@
 """Parity of the NNX SigLIP2 (NaFlex) towers with transformers' PyTorch Siglip2Model on tiny random
-configs, the position-embedding resize against F.interpolate, export -> reload bit-exact, and
-clear errors for incomplete NaFlex inputs."""
+configs, the position-embedding resize against F.interpolate, export -> reload bit-exact, clear
+errors for incomplete NaFlex inputs, and the checkpoint's Siglip2ImageProcessor config: PIL images,
+the processor's own outputs and an export that transformers reloads."""
+
+import os
 
 import numpy as np
 import pytest
@@ -220,3 +223,166 @@ def test_real_style_tokenizer_without_attention_mask(pair, tmp_path):
   z = np.stack([ref_text([tp.format(c) for tp in templates]).mean(0) for c in classes])
   np.testing.assert_allclose(pj.class_embeddings(model, classes, templates), _normalize(z),
                              atol=1e-4, rtol=0)
+
+
+# ---- the checkpoint's Siglip2ImageProcessor: PIL images, processor outputs, export ---------------
+
+def _real_style_processor_config(name, max_num_patches):
+  """A preprocessor_config.json as google/siglip2-*-naflex ship it (no "size": the size is
+  found per image; do_convert_rgb null), with the tiny model's patch size."""
+  return {"do_convert_rgb": None, "do_normalize": True, "do_rescale": True, "do_resize": True,
+          "image_mean": [0.5, 0.5, 0.5], "image_processor_type": "Siglip2ImageProcessor",
+          "image_std": [0.5, 0.5, 0.5], "max_num_patches": max_num_patches,
+          "patch_size": fx.TINY_SIGLIP2S[name]["vision"]["patch_size"],
+          "processor_class": "Siglip2Processor", "resample": 2,
+          "rescale_factor": 0.00392156862745098}
+
+
+def _pil_images(sizes, seed=0):
+  from PIL import Image
+  rs = np.random.RandomState(seed)
+  return [Image.fromarray((rs.rand(h, w, 3) * 255).astype("uint8")) for h, w in sizes]
+
+
+# (height, width) in pixels: landscape, portrait, smaller than a patch, very wide, very tall
+IMAGE_SIZES = [(50, 70), (90, 41), (3, 2), (33, 120), (16, 16), (200, 5)]
+
+
+def test_naflex_size_equals_the_processor():
+  from transformers.models.siglip2.image_processing_pil_siglip2 import (
+      get_image_size_for_max_num_patches)
+  from platonic_jax.models.preprocess import naflex_size
+  rs = np.random.RandomState(0)
+  cases = [(int(h), int(w), p, m) for h, w in rs.randint(1, 900, (60, 2))
+           for p, m in ((16, 256), (14, 729), (4, 20))]
+  cases += [(224, 224, 16, 256), (256, 256, 16, 256), (1, 1000, 16, 64), (1000, 1, 3, 1)]
+  for h, w, p, m in cases:
+    assert naflex_size(h, w, p, m) == tuple(get_image_size_for_max_num_patches(h, w, p, m)), (h, w, p, m)
+
+
+@pytest.mark.parametrize("patch_size,max_num_patches", [(4, 20), (16, 256), (3, 7)])
+def test_naflex_preprocessor_matches_the_processor(patch_size, max_num_patches):
+  from PIL import Image
+  from transformers.models.siglip2.image_processing_pil_siglip2 import Siglip2ImageProcessorPil
+  from platonic_jax.models.preprocess import NaflexPreprocessor, from_dict
+  cfg = dict(_real_style_processor_config(NAMES[0], max_num_patches), patch_size=patch_size)
+  ours = from_dict(cfg)
+  assert isinstance(ours, NaflexPreprocessor)
+  assert (ours.patch_size, ours.max_num_patches, ours.do_convert_rgb) == (patch_size, max_num_patches, None)
+  images = _pil_images(IMAGE_SIZES + [(400, 300)])
+  want = Siglip2ImageProcessorPil(**cfg)(images, return_tensors="np")
+  got = ours(images)
+  np.testing.assert_allclose(got.pixel_values, want["pixel_values"], atol=1e-5, rtol=0)
+  np.testing.assert_array_equal(got.pixel_attention_mask, want["pixel_attention_mask"])
+  np.testing.assert_array_equal(got.spatial_shapes, want["spatial_shapes"])
+  # a grayscale image: refused as transformers refuses it while do_convert_rgb is null,
+  # converted like transformers converts it when do_convert_rgb is true
+  gray = [Image.fromarray((np.random.RandomState(1).rand(30, 50) * 255).astype("uint8"), mode="L")]
+  with pytest.raises(ValueError, match=r"image 0 has 1 channel\(s\) \(PIL mode L\) but "
+                                       r"image_mean has 3 values: convert it to RGB"):
+    ours(gray)
+  cfg["do_convert_rgb"] = True
+  np.testing.assert_allclose(from_dict(cfg)(gray).pixel_values,
+                             Siglip2ImageProcessorPil(**cfg)(gray, return_tensors="np")["pixel_values"],
+                             atol=1e-5, rtol=0)
+
+
+def test_bad_naflex_processor_configs_are_named():
+  from platonic_jax.models.preprocess import ImagePreprocessor, NaflexPreprocessor
+  cfg = _real_style_processor_config(NAMES[0], 20)
+  with pytest.raises(ValueError, match="'patch_size' must be a positive integer, got 0"):
+    NaflexPreprocessor.from_dict(dict(cfg, patch_size=0))
+  with pytest.raises(ValueError, match="'max_num_patches' must be a positive integer, got '256'"):
+    NaflexPreprocessor.from_dict(dict(cfg, max_num_patches="256"))
+  with pytest.raises(ValueError, match="is SigLIP2 NaFlex preprocessing"):
+    ImagePreprocessor.from_dict(cfg)
+
+
+@pytest.fixture(scope="module")
+def naflex_checkpoint(tmp_path_factory):
+  """(name, reference, directory) of a tiny SigLIP2 checkpoint with a real-style processor
+  config (max_num_patches 20 over a 4x4 position grid: resized up and down)."""
+  import json
+  name = NAMES[0]
+  d = tmp_path_factory.mktemp("naflex_processor")
+  ref = fx.hf_siglip2(name, seed=30)
+  ref.save_pretrained(str(d))
+  with open(d / "preprocessor_config.json", "w") as f:
+    json.dump(_real_style_processor_config(name, 20), f, indent=2)
+  return name, ref, str(d)
+
+
+def _ref_features(ref, processor, images):
+  feats = processor(images, return_tensors="pt")
+  with torch.no_grad():
+    return _normalize(ref.get_image_features(**feats).pooler_output.numpy())
+
+
+def test_pil_images_and_processor_outputs_through_embed_images(naflex_checkpoint):
+  """PIL images (our preprocessor) and the processor's own outputs (numpy or torch) go through
+  pj.embed_images; all equal transformers' features within 1e-4."""
+  from transformers.models.siglip2.image_processing_pil_siglip2 import Siglip2ImageProcessorPil
+  name, ref, d = naflex_checkpoint
+  model = pj.load_model(d)
+  proc = Siglip2ImageProcessorPil.from_pretrained(d)
+  images = _pil_images(IMAGE_SIZES, seed=2)
+  want = _ref_features(ref, proc, images)
+  np.testing.assert_allclose(pj.embed_images(model, images, batch_size=4), want, atol=1e-4, rtol=0)
+  for tensors in ("np", "pt"):
+    got = pj.embed_images(model, proc(images, return_tensors=tensors), batch_size=4)
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=0, err_msg=tensors)
+  # the preprocessor's own output type, and one image at a time, agree too
+  np.testing.assert_allclose(pj.embed_images(model, model.preprocessor(images)), want, atol=1e-4,
+                             rtol=0)
+  np.testing.assert_allclose(pj.embed_images(model, images[4:5]), want[4:5], atol=1e-4, rtol=0)
+
+
+def test_export_round_trip_with_the_processor(naflex_checkpoint, tmp_path):
+  """Real-style processor config in, export out: the exported preprocessor_config.json is a
+  Siglip2ImageProcessor config (no CLIP "size"), and transformers' Siglip2Model with the
+  reloaded processor gives our features within 1e-4."""
+  import json
+  from transformers import AutoImageProcessor, Siglip2Model
+  name, _, d = naflex_checkpoint
+  model = pj.load_model(d)
+  out = pj.export_hf(model, str(tmp_path / "export"))
+  with open(os.path.join(out, "preprocessor_config.json")) as f:
+    written = json.load(f)
+  assert written["image_processor_type"] == "Siglip2ImageProcessor"
+  assert "size" not in written and "crop_size" not in written
+  assert (written["patch_size"], written["max_num_patches"]) == (4, 20)
+  reloaded = Siglip2Model.from_pretrained(out).eval()
+  proc = AutoImageProcessor.from_pretrained(out)
+  assert type(proc).__name__.startswith("Siglip2ImageProcessor")
+  images = _pil_images(IMAGE_SIZES, seed=5)
+  np.testing.assert_allclose(pj.embed_images(model, images), _ref_features(reloaded, proc, images),
+                             atol=1e-4, rtol=0)
+  again = pj.load_model(out)
+  assert again.preprocessor == model.preprocessor
+
+
+def test_bad_naflex_inputs_to_embed_images(naflex_checkpoint, tmp_path):
+  name, ref, d = naflex_checkpoint
+  model = pj.load_model(d)
+  x = model.preprocessor(_pil_images(IMAGE_SIZES[:3]))
+  with pytest.raises(ValueError, match=r"missing \['spatial_shapes'\]"):
+    pj.embed_images(model, {"pixel_values": x.pixel_values,
+                            "pixel_attention_mask": x.pixel_attention_mask})
+  mask = x.pixel_attention_mask.copy()
+  mask[1] = mask[1][::-1]  # the real patches last
+  with pytest.raises(ValueError, match=r"rows \[1\] do not mark the first h\*w patches"):
+    pj.embed_images(model, dict(pixel_values=x.pixel_values, pixel_attention_mask=mask,
+                                spatial_shapes=x.spatial_shapes))
+  with pytest.raises(ValueError, match="spatial_shapes must be integers"):
+    pj.embed_images(model, dict(pixel_values=x.pixel_values,
+                                pixel_attention_mask=x.pixel_attention_mask,
+                                spatial_shapes=x.spatial_shapes.astype(np.float32)))
+  with pytest.raises(ValueError, match="12 values per patch, the model expects"):
+    pj.embed_images(model, dict(pixel_values=x.pixel_values[..., :12],
+                                pixel_attention_mask=x.pixel_attention_mask,
+                                spatial_shapes=x.spatial_shapes))
+  # a fixed-resolution model takes no NaFlex inputs
+  siglip_dir = tmp_path / "siglip"
+  fx.hf_siglip("grid5_tanh").save_pretrained(str(siglip_dir))
+  with pytest.raises(ValueError, match="takes images .* not NaFlex inputs"):
+    pj.embed_images(pj.load_model(str(siglip_dir)), x)

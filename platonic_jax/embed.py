@@ -100,6 +100,18 @@ def _run_batches(fn: Callable, state, arrays: Sequence[np.ndarray], n: int, batc
   return np.concatenate([np.asarray(o)[:k] for o, k in outs])
 
 
+def check_finite(x: np.ndarray, what: str, chunk: int = 256) -> None:
+  """Raises ValueError naming the rows of ``x (n, ...)`` that hold NaN or inf (checked on the
+  host, ``chunk`` rows at a time)."""
+  bad = [start + int(i) for start in range(0, x.shape[0], chunk)
+         for i in np.flatnonzero(~np.isfinite(x[start:start + chunk]).reshape(
+             min(chunk, x.shape[0] - start), -1).all(axis=1))]
+  if bad:
+    shown = ", ".join(map(str, bad[:20])) + (", ..." if len(bad) > 20 else "")
+    raise ValueError(f"{what} rows [{shown}] ({len(bad)} of {x.shape[0]}) hold NaN or inf "
+                     "values")
+
+
 def _image_inputs(model: DualEncoder) -> tuple[str, ...]:
   """Names of ``encode_image``'s inputs: ("pixel_values",), or NaFlex's three."""
   return tuple(getattr(model.module, "image_inputs", ("pixel_values",)))
@@ -129,6 +141,7 @@ def _prepare_naflex(model: DualEncoder, inputs) -> list[np.ndarray]:
   if not np.issubdtype(shapes.dtype, np.integer):
     raise ValueError(f"spatial_shapes must be integers (n, 2), got {shapes.dtype}")
   model.module.vision_model.check_inputs(pv, mask, shapes)  # ValueError naming the problem
+  check_finite(pv, "pixel_values")
   return [pv.astype(np.float32, copy=False), (mask > 0).astype(np.int32),
           shapes.astype(np.int32)]
 
@@ -164,6 +177,7 @@ def _prepare_images(model: DualEncoder, images) -> list[np.ndarray]:
                      f"{h}x{w} (array shape (n, {c}, {h}, {w}))")
   if not np.issubdtype(images.dtype, np.floating):
     raise ValueError(f"preprocessed images must be floating point, got {images.dtype}")
+  check_finite(images, "images")
   return [images.astype(np.float32, copy=False)]
 
 

@@ -364,7 +364,7 @@ def _as_waveforms(waveforms) -> list[np.ndarray]:
                     f"{type(waveforms).__name__}")
   if not waves:
     raise ValueError("no waveforms given (an empty batch)")
-  out = []
+  out, non_finite = [], []
   for i, w in enumerate(waves):
     w = np.asarray(w)
     if w.ndim != 1:
@@ -376,8 +376,13 @@ def _as_waveforms(waveforms) -> list[np.ndarray]:
       raise ValueError(f"waveform {i} must hold real numbers, got dtype {w.dtype}")
     w = w.astype(np.float64)
     if not np.all(np.isfinite(w)):
-      raise ValueError(f"waveform {i} contains NaN or infinite samples")
+      non_finite.append(i)
     out.append(w)
+  if non_finite:
+    shown = non_finite[:20] + (["..."] if len(non_finite) > 20 else [])
+    raise ValueError(f"waveform{'s' if len(non_finite) > 1 else ''} "
+                     f"{', '.join(map(str, shown))} ({len(non_finite)} of {len(out)}) contain"
+                     f"{'' if len(non_finite) > 1 else 's'} NaN or infinite samples")
   return out
 
 

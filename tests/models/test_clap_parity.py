@@ -348,6 +348,10 @@ def test_bad_inputs_are_clear_errors(pair):
     pj.embed_audio(ours, [wave], 48000)
   with pytest.raises(ValueError, match="waveform 1 is empty"):
     pj.embed_audio(ours, [wave, np.zeros(0, np.float32)], sr)
+  bad = np.stack([wave, wave, wave])
+  bad[1, 7], bad[2, 0] = np.nan, np.inf
+  with pytest.raises(ValueError, match=r"waveforms 1, 2 \(2 of 3\) contain NaN or infinite"):
+    pj.embed_audio(ours, bad, sr)
   with pytest.raises(ValueError, match="not images: use embed_audio"):
     pj.embed_images(ours, np.zeros((1, 3, 8, 8), np.float32))
   wrong = dict(kw, truncation="rand_trunc" if kw["truncation"] == "fusion" else "fusion")

@@ -112,6 +112,20 @@ def test_bad_images(ckpt, bad, match):
     pj.embed_images(model, bad)
 
 
+def test_non_finite_images_name_the_rows(ckpt):
+  """NaN or inf pixels are refused by row before anything runs (they gave NaN embeddings)."""
+  model = pj.load_model(ckpt)
+  x = fixtures.random_pixels(5, NAME)
+  x[1, 0, 2, 3] = np.nan
+  x[4, 2, -1, -1] = -np.inf
+  with pytest.raises(ValueError, match=r"images rows \[1, 4\] \(2 of 5\) hold NaN or inf"):
+    pj.embed_images(model, x)
+  many = fixtures.random_pixels(300, NAME)
+  many[[0, 255, 256, 299]] = np.inf  # rows in two host-side chunks
+  with pytest.raises(ValueError, match=r"rows \[0, 255, 256, 299\] \(4 of 300\)"):
+    pj.embed_images(model, many)
+
+
 def test_bfloat16_option_close(ckpt):
   import jax.numpy as jnp
   x = fixtures.random_pixels(4, NAME)

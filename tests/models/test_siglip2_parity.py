@@ -381,6 +381,11 @@ def test_bad_naflex_inputs_to_embed_images(naflex_checkpoint, tmp_path):
     pj.embed_images(model, dict(pixel_values=x.pixel_values[..., :12],
                                 pixel_attention_mask=x.pixel_attention_mask,
                                 spatial_shapes=x.spatial_shapes))
+  pv = x.pixel_values.copy()
+  pv[2, 0, 5] = np.nan
+  with pytest.raises(ValueError, match=r"pixel_values rows \[2\] \(1 of 3\) hold NaN or inf"):
+    pj.embed_images(model, dict(pixel_values=pv, pixel_attention_mask=x.pixel_attention_mask,
+                                spatial_shapes=x.spatial_shapes))
   # a fixed-resolution model takes no NaFlex inputs
   siglip_dir = tmp_path / "siglip"
   fx.hf_siglip("grid5_tanh").save_pretrained(str(siglip_dir))

@@ -204,6 +204,15 @@ def test_malformed_config_is_named(layout, tmp_path, text, match):
     pj.load_model(str(d))
 
 
+def test_malformed_preprocessor_config_is_named(ckpt, tmp_path):
+  d = tmp_path / "badpre"
+  shutil.copytree(ckpt, d)
+  (d / "preprocessor_config.json").write_text('{"size": {"shortest_edge": 2')
+  with pytest.raises(ValueError, match=re.escape(str(d / "preprocessor_config.json")) +
+                     " is not valid JSON"):
+    pj.load_model(str(d))
+
+
 def test_non_finite_weights_are_named(layout, tmp_path):
   src, weights, _ = layout
   d = tmp_path / "nan"
@@ -283,3 +292,15 @@ def test_export_into_an_empty_directory_and_onto_a_file(ckpt, tmp_path):
   with pytest.raises(FileExistsError, match="is a file"):
     pj.export_hf(model, str(tmp_path / "file"))
   assert (tmp_path / "file").read_text() == "x"
+
+
+def test_non_finite_bfloat16_weights_are_named(tmp_path):
+  """bfloat16 (which numpy does not class as inexact) is checked too; integers are not."""
+  import ml_dtypes
+  w = np.ones((2, 3), ml_dtypes.bfloat16)
+  w[1, 2] = np.inf
+  save_file({"w": w, "ok": np.ones(3, ml_dtypes.bfloat16), "ids": np.arange(3)},
+            str(tmp_path / "model.safetensors"))
+  with pytest.raises(pj.CheckpointError, match=r"1 tensor.* hold NaN or inf values: \['w "
+                                               r"\(model.safetensors\)'\]"):
+    checkpoint.read_tensors(str(tmp_path))

@@ -34,16 +34,15 @@ import numpy as np
 from platonic_jax import embed as embed_lib
 from platonic_jax.core import adapter as adapter_lib
 from platonic_jax.core import baselines, train
-from platonic_jax.core.analysis import calibration_factor, consensus, random_utd
+from platonic_jax.core.analysis import (  # noqa: F401  (CONSENSUS: pipeline.CONSENSUS)
+    CONSENSUS, calibration_factor, consensus, random_utd)
 from platonic_jax.core.descriptor import Descriptor, Provenance, check_int
 from platonic_jax.core.grid import make_grid
-from platonic_jax.core.operator import Operator, apply_operators
+from platonic_jax.core.operator import Operator
 from platonic_jax.core.select import check_rule, select_rank_ridge
-from platonic_jax.eval import zeroshot
+from platonic_jax.eval.zeroshot import closed_form_accs, test_accuracy  # noqa: F401
 
 METHODS = ("closed_form", "consensus", "adapter", "oracle", "random_utd", "weight_space")
-# The source name of the consensus operators: ops[(target, task, CONSENSUS)].
-CONSENSUS = "consensus"
 
 
 @dataclasses.dataclass
@@ -90,10 +89,6 @@ def embed_model(model, tasks: Mapping[str, Any]) -> dict:
 def embed_all(models: Mapping[str, Any], tasks: Mapping[str, Any]) -> dict:
   """{model: {task: TaskEmbeddings}} of the pre-trained models."""
   return {m: embed_model(model, tasks) for m, model in models.items()}
-
-
-def test_accuracy(Z: np.ndarray, task, G: np.ndarray) -> float:
-  return zeroshot.accuracy(Z, task.test[1], G)
 
 
 @dataclasses.dataclass
@@ -230,17 +225,6 @@ def solve_operators(models, tasks, emb, sources, names, cfg, log=print) -> dict:
         ops[(tg, t, s)] = dataclasses.replace(op, selection=sel)
     log(f"  solved operators for target {tg}")
   return ops
-
-
-def closed_form_accs(emb_t, tasks, eval_tasks, terms) -> dict:
-  """{task: accuracy in points} of ``eval_tasks`` on one target (``emb_t``: its
-  ``embed_model``) after the embedding-space edit ``terms`` (``apply_operators``)."""
-  edited = {}  # tasks labelling the same test pool share one edited copy of its embeddings
-  for t in eval_tasks:
-    Z = emb_t[t].test
-    if id(Z) not in edited:
-      edited[id(Z)] = np.asarray(apply_operators(Z, terms))
-  return {t: test_accuracy(edited[id(emb_t[t].test)], tasks[t], emb_t[t].G) for t in eval_tasks}
 
 
 def _model_accs(model, tasks, emb_t, eval_tasks) -> dict:

@@ -286,6 +286,11 @@ def shared_residual(Us) -> dict:
   }
 
 
+# The source name of consensus operators (a cross-model source of their own):
+# ops[(target, task, CONSENSUS)] in the main job and its studies.
+CONSENSUS = "consensus"
+
+
 def consensus(descriptors: Sequence[Descriptor]) -> Descriptor:
   """The mean of several sources' descriptors, usable as a source of its own.
 

@@ -13,7 +13,7 @@ a smaller or weaker operator trades along. Reads labels only to evaluate, as the
 
 Cells are read in three settings: same model (the target's own descriptors, the oracle),
 cross model (every other family as the source) and, where the operators hold them, consensus
-(``pipeline.CONSENSUS``: the mean of the other families' descriptors).
+(``core.analysis.CONSENSUS``: the mean of the other families' descriptors).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import numpy as np
 
 from platonic_jax.core.operator import Operator
 from platonic_jax.core.select import choose
-from platonic_jax.pipeline import CONSENSUS, closed_form_accs
+from platonic_jax.core.analysis import CONSENSUS
+from platonic_jax.eval.zeroshot import closed_form_accs
 
 PICKS = ("min", "1se", "cap2")
 

@@ -194,3 +194,21 @@ def test_a_workdir_that_is_a_file_is_refused(tmp_path):
   (tmp_path / "f").write_text("x")
   with pytest.raises(ValueError, match="exists and is not a directory"):
     launch.check_workdir(str(tmp_path / "f"))
+
+
+def test_format_tables_reads_each_row_against_its_own_cells():
+  """A row over a subset of the block's cells (the adapter's) prints its change from the
+  zero-shot of that subset, not of the block, and counts its cells."""
+  def rec(method, acc, zs):
+    return {"kind": "addition", "setting": "cross_model", "method": method, "tasks": ["a", "b"],
+            "accuracy": {"a": acc, "b": acc, "c": 30.0},
+            "delta": {"a": acc - zs, "b": acc - zs, "c": -1.0}}
+  text = pipeline.format_tables([rec("closed_form", 50, 40), rec("closed_form", 60, 40),
+                                 rec("adapter", 40, 20)], ["c"])
+  rows = {line[:26].strip(): line[26:].split() for line in text.splitlines()
+          if line[:26].strip() in ("Zero-shot", "Ours, closed form", "Ours, adapter")}
+  assert rows["Zero-shot"] == ["40.00", "40.00", "31.00", "2"]
+  assert rows["Ours, closed form"] == ["55.00", "(+15.0)", "55.00", "(+15.0)", "30.00", "(",
+                                       "-1.0)", "2"]
+  # 40 % is a loss against the block's zero-shot (40) but +20 against its own cells' (20)
+  assert rows["Ours, adapter"][:2] == ["40.00", "(+20.0)"] and rows["Ours, adapter"][-1] == "1"

@@ -33,7 +33,7 @@ import numpy as np
 
 from platonic_jax import embed as embed_lib
 from platonic_jax.core import adapter as adapter_lib
-from platonic_jax.core import baselines, train
+from platonic_jax.core import baselines, options, train
 from platonic_jax.core.analysis import (  # noqa: F401  (CONSENSUS: pipeline.CONSENSUS)
     CONSENSUS, calibration_factor, consensus, random_utd)
 from platonic_jax.core.descriptor import Descriptor, Provenance, check_int
@@ -608,6 +608,7 @@ def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
   summary["selection"] = {
       "rule": cfg.get("selection_rule", "min"),
       "operators": {"/".join(k): [op.rank, op.ridge] for k, op in sorted(ops.items())}}
+  summary["method"] = options.method_block(cfg)
   summary["runtime_s"] = round(time.time() - t0 + sum(
       i.get("seconds", 0.0) for i in getattr(world, "pretrain_info", {}).values()
       if not i.get("cached")), 1)

@@ -426,3 +426,31 @@ def test_transfer_anatomy_agreement_on_known_descriptors():
   again = descriptor_agreement(sources, tasks, ["three", "two"], ["a", "b", "c", "d"])
   assert again["three"]["descriptor"] == pytest.approx(want_desc)
   assert again["three"]["aligned_share"] == pytest.approx((2 * share_a + 1) / 3)
+
+
+def test_summary_names_every_departure_from_method(run, run_1se):
+  """summary.json's "method" block holds each option with METHOD's value, and its departures
+  are exactly the options the config sets away from METHOD (read here from the config, against
+  METHOD's values written out independently)."""
+  from experiments.configs import main as main_config
+  cfg = main_config.get_config("micro")
+  method = {"calibrate": False, "include_ceiling": False, "selection_rule": "min",
+            "adapter.keep": 0.0, "residual_head_route": "head_edit"}
+  used = {"calibrate": cfg.calibrate, "include_ceiling": cfg.include_ceiling,
+          "selection_rule": cfg.selection_rule, "adapter.keep": cfg.adapter.keep,
+          "residual_head_route": "embedding_operator"}  # no run uses the head edit yet
+  for work, rule in ((run[0], "min"), (run_1se[0], "1se")):
+    block = json.load(open(os.path.join(work, "summary.json")))["method"]
+    used["selection_rule"] = rule
+    assert set(block) == set(method) | {"departures"}
+    for name, ref in method.items():
+      assert block[name] == {"value": used[name], "method": ref, "is_method": used[name] == ref}
+    assert block["departures"] == sorted(n for n in method if used[n] != method[n])
+  assert "selection_rule" in block["departures"] and "calibrate" in block["departures"]
+
+
+def test_method_block_refuses_unknown_options():
+  from platonic_jax.core import options
+  with pytest.raises(ValueError, match=r"unknown method options \['route'\]"):
+    options.method_block({}, fixed={"route": "x"})
+  assert options.method_block({})["departures"] == ["residual_head_route"]

@@ -541,7 +541,73 @@ def check_config(cfg, downstream: Sequence[str]) -> list[str]:
     _check_number("every negation strength", v, low=0, strict=False)
   check_int("folds", cfg.folds, 2)
   check_int("adapter.cells", cfg.adapter.cells, 0)
+  export_cells(cfg, names)
   return names
+
+
+def parse_cell(spec: str) -> tuple[str, str, str, tuple[str, ...]]:
+  """``"TARGET<-SOURCE:A+B"`` -> ("addition", target, source, (A, B)); ``"TARGET<-SOURCE:-T"``
+  -> ("negation", target, source, (T,)) (the notation the job's log names cells in).
+  ValueError naming the spec when it has neither shape."""
+  form = 'cells are "TARGET<-SOURCE:A+B" (addition) or "TARGET<-SOURCE:-T" (negation)'
+  if not isinstance(spec, str) or "<-" not in spec or ":" not in spec:
+    raise ValueError(f"bad cell {spec!r}: {form}")
+  target, rest = spec.split("<-", 1)
+  source, tasks = rest.split(":", 1)
+  if tasks.startswith("-"):
+    kind, names = "negation", (tasks[1:],)
+  else:
+    kind, names = "addition", tuple(tasks.split("+"))
+  if not target or not source or not all(names) or len(names) != (2 if kind == "addition" else 1):
+    raise ValueError(f"bad cell {spec!r}: {form}")
+  return kind, target, source, names
+
+
+def export_cells(cfg, names: Sequence[str]) -> list[tuple[str, str, str, tuple[str, ...]]]:
+  """The parsed ``cfg.export_cells`` (``parse_cell``), checked before anything is built:
+  families of the run, downstream tasks of the run (an addition pair of two different ones), an
+  affine-head target (``arch`` "clip"), no cell named twice."""
+  specs = list(cfg.get("export_cells", ()) or ())
+  if isinstance(cfg.get("export_cells", ()), str):
+    raise ValueError("export_cells must be a tuple of cells, e.g. "
+                     "--config.export_cells=\"('clip-a<-siglip-b:shape+color',)\"")
+  _check_unique("export cells", specs)
+  families = list(cfg.get("families") or ()) or list(cfg.world.families)
+  out = []
+  for spec in specs:
+    kind, tg, s, cell_tasks = parse_cell(spec)
+    for m in (tg, s):
+      if m not in families:
+        raise ValueError(f"export cell {spec!r}: family {m!r} is not in this run {families}")
+    unknown = [t for t in cell_tasks if t not in names]
+    if unknown or len(set(cell_tasks)) != len(cell_tasks):
+      raise ValueError(f"export cell {spec!r}: tasks must be distinct downstream tasks of this "
+                       f"run {list(names)}")
+    if cfg.world.families[tg].get("arch", "clip") != "clip":
+      raise ValueError(f"export cell {spec!r}: target {tg!r} is a residual-head family "
+                       f"({cfg.world.families[tg].arch}); its closed form is the embedding "
+                       "operator, which no checkpoint holds")
+    out.append((kind, tg, s, cell_tasks))
+  return out
+
+
+def export_edited(models, ops, cells, cfg, out_dir: str, log=print) -> dict:
+  """Writes each cell's edited target (``core.fold.fold`` of its closed-form operators at the
+  cell's strength: +alpha per task in addition, -negation_lambda in negation) as a Hugging Face
+  checkpoint ``out_dir/<target>__<source>__<tasks>``; returns {cell spec: directory}."""
+  from platonic_jax.convert.hf import export_hf
+  from platonic_jax.core.fold import fold
+  out = {}
+  for kind, tg, s, cell_tasks in cells:
+    strength = cfg.alpha if kind == "addition" else -cfg.negation_lambda
+    terms = [(ops[(tg, t, s)], strength) for t in cell_tasks]
+    sign = "+" if kind == "addition" else "-"
+    spec = f"{tg}<-{s}:" + ("+".join(cell_tasks) if kind == "addition" else f"-{cell_tasks[0]}")
+    path = os.path.join(out_dir, f"{tg}__{s}__{sign}{'+'.join(cell_tasks)}")
+    export_hf(fold(models[tg], terms), path)
+    out[spec] = path
+    log(f"  exported {spec} to {path}")
+  return out
 
 
 @dataclasses.dataclass
@@ -612,6 +678,10 @@ def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
   summary["runtime_s"] = round(time.time() - t0 + sum(
       i.get("seconds", 0.0) for i in getattr(world, "pretrain_info", {}).values()
       if not i.get("cached")), 1)
+  cells = export_cells(cfg, names)
+  if cells:
+    summary["exports"] = {spec: os.path.relpath(path, workdir) for spec, path in export_edited(
+        models, ops, cells, cfg, os.path.join(workdir, "export"), log).items()}
   write_outputs(workdir, records, summary, curve)
   log(format_tables(records, controls))
   return summary

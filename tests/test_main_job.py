@@ -122,7 +122,12 @@ def test_same_seed_gives_identical_results(run, cache, tmp_path):
 def run_1se(tmp_path_factory, run, cache):
   """The micro main job with --config.selection_rule=1se (warm: ``run`` pretrained)."""
   work = tmp_path_factory.mktemp("work_1se")
-  return work, _main_job(cache, work, "--config.selection_rule=1se")
+  return work, _main_job(cache, work, "--config.selection_rule=1se", "--config.export_cells="
+                         + repr(EXPORTS))
+
+
+# Two cells of the 1se run whose edited targets the job writes as Hugging Face checkpoints.
+EXPORTS = ("clip-a<-siglip-b:shape+color", "clip-a<-clip-a:-position")
 
 
 def test_one_standard_error_rule_picks_smaller_operators(run, run_1se):
@@ -189,6 +194,14 @@ def test_strength_frontier_refuses_bad_arguments_before_building(tmp_path, overr
     ("--config.families=('clip-a', 'clip-z')", "unknown families ['clip-z']"),
     ("--config.tasks=('shape',)", "at least two downstream tasks"),
     ("--config.negation_lambda=-1", "negation_lambda must be a finite number > 0"),
+    ("--config.export_cells=('clip-a:shape+color',)", "bad cell 'clip-a:shape+color'"),
+    ("--config.export_cells=('clip-a<-siglip-b:shape',)", "bad cell"),
+    ("--config.export_cells=('clip-a<-clip-z:-shape',)", "family 'clip-z' is not in this run"),
+    ("--config.export_cells=('clip-a<-clip-a:shape+shape',)", "tasks must be distinct"),
+    ("--config.export_cells=('clip-a<-clip-a:-fill',)", "tasks must be distinct downstream"),
+    ("--config.export_cells=('siglip-b<-clip-a:-shape',)", "residual-head family"),
+    ("--config.export_cells=('clip-a<-clip-a:-shape', 'clip-a<-clip-a:-shape')",
+     "repeated export cells"),
 ])
 def test_main_job_refuses_bad_configs_before_building(tmp_path, override, match):
   _refuses(tmp_path, "experiments.main", override, match)
@@ -454,3 +467,40 @@ def test_method_block_refuses_unknown_options():
   with pytest.raises(ValueError, match=r"unknown method options \['route'\]"):
     options.method_block({}, fixed={"route": "x"})
   assert options.method_block({})["departures"] == ["residual_head_route"]
+
+
+def test_exported_cells_load_in_transformers_and_score_as_the_cells(run_1se, cache):
+  """Each exported cell is a CLIP checkpoint that transformers' CLIPModel loads; its image
+  features, scored with the target's own head, give the accuracies the job recorded for the
+  closed-form cell in embedding space (predictions agree but for at most one near-tie test
+  image per task: the fold is exact, the two runtimes round differently)."""
+  import torch
+  import transformers
+  from experiments.configs import main as main_config
+  from platonic_jax import pipeline
+  from platonic_jax.data.toyworld import build_world
+  from platonic_jax.eval import zeroshot
+  import platonic_jax as pj
+
+  work = run_1se[0]
+  summary = json.load(open(os.path.join(work, "summary.json")))
+  assert sorted(summary["exports"]) == sorted(EXPORTS)
+  recs = [json.loads(l) for l in open(os.path.join(work, "results.jsonl"))]
+  config = main_config.get_config("micro")
+  config.world.cache_dir = str(cache)
+  world = build_world(config.world, log=None)
+  for spec, rel in summary["exports"].items():
+    kind, tg, s, cell_tasks = pipeline.parse_cell(spec)
+    path = os.path.join(work, rel)
+    hf = transformers.CLIPModel.from_pretrained(path).eval()
+    (rec,) = [r for r in recs if r["method"] == "closed_form" and r["kind"] == kind
+              and r["target"] == tg and r["sources"][0] == s and tuple(r["tasks"]) == cell_tasks]
+    G_model = pj.load_model(path)
+    for t, acc in rec["accuracy"].items():
+      task = world.tasks[t]
+      with torch.no_grad():
+        Z = hf.get_image_features(pixel_values=torch.from_numpy(np.asarray(task.test[0])))
+      Z = getattr(Z, "pooler_output", Z).numpy()
+      G = pj.class_embeddings(G_model, list(task.classnames), list(task.templates))
+      got = zeroshot.accuracy(Z, task.test[1], np.asarray(G))
+      assert abs(got - acc) <= 100.0 / len(task.test[1]) + 1e-9, (spec, t, got, acc)

@@ -63,6 +63,12 @@ Fields:
     step dispatches.
   compilation_cache: keep compiled XLA programs in the world's cache directory (warm reruns
     skip compilation).
+  export_cells: cells whose edited target the job writes as a Hugging Face checkpoint under
+    WORKDIR/export/ (the closed form folded into the target's last affine layer, at the cell's
+    strength): "TARGET<-SOURCE:A+B" for an addition cell, "TARGET<-SOURCE:-T" for a negation
+    cell, e.g. ``--config.export_cells="('clip-a<-siglip-b:shape+color',)"``. Affine-head
+    targets only (CLIP families); a SigLIP target's closed form is the embedding operator, which
+    no checkpoint holds.
 """
 
 import ml_collections
@@ -91,6 +97,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.tasks = ()
   c.compilation_cache = True
   c.workers = 2
+  c.export_cells = ()
   if variant == "micro":
     c.source.steps = 60
     c.adapter.steps = 40

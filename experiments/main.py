@@ -4,7 +4,8 @@
     python -m experiments.main --config=experiments/configs/main.py:micro --workdir=/tmp/pj_micro
 
 A config with an ``experiment`` field (``experiments/configs/table*.py``) runs that paper
-table's resumable sweep instead (``experiments.tables``; rendered by ``experiments.report``):
+table's resumable sweep instead (``experiments.suite``: ``experiments.tables`` runs it,
+``experiments.report`` renders it):
 
     python -m experiments.main --config=experiments/configs/table1_addition.py:micro --workdir=/tmp/t1
 
@@ -39,8 +40,8 @@ def main(argv):
   log = launch.timed_log()
   config = _CONFIG.value
   if config.get("experiment", "main") != "main":
-    from experiments import tables
-    tables.main(config, _WORKDIR.value if flags.FLAGS["workdir"].present else None, log)
+    from experiments import suite
+    suite.main(config, _WORKDIR.value if flags.FLAGS["workdir"].present else None, log)
     return
   launch.configure(config)  # refuse a bad config before building anything; seed it
   launch.check_workdir(_WORKDIR.value)

@@ -3,6 +3,7 @@
     python -m experiments.report workdir/table1_addition_micro            # a workdir ...
     python -m experiments.report workdir/t1/results.jsonl workdir/t12 --out=report/
     python -m experiments.report RESULTS --config_hash=3f2a...            # pick one config
+    python -m experiments.report workdir/main                             # the main job's
 
 Each RESULTS (a results.jsonl or a workdir holding one) is read with its torn last line (if
 any) ignored; every experiment found is rendered by its ``experiments.tables`` module into
@@ -11,7 +12,9 @@ any) ignored; every experiment found is rendered by its ``experiments.tables`` m
 strength results, Figure 2), and the corrupt examples the runs left out (the ``skipped.json``
 beside each results file, ``data.skip_corrupt``). OUT defaults to the first RESULTS'
 directory. A file mixing records of several config hashes is an error unless
-``--config_hash`` picks one. Rendering reads only the records: no model, dataset or
+``--config_hash`` picks one. A main job's workdir (``experiments.main`` on the toy world)
+renders as its Table 1 and Table 2 layouts with the retention ratios and the method options it
+departed on (its ``summary.json``). Rendering reads only the records: no model, dataset or
 accelerator is needed.
 """
 
@@ -24,7 +27,60 @@ import sys
 from typing import Sequence
 
 from experiments import tables
-from platonic_jax.sweep import read_records
+from platonic_jax.sweep import atomic_write, read_records
+
+
+MAIN_JOB_FIELDS = {"kind", "target", "tasks", "sources", "setting", "method", "accuracy", "delta"}
+
+
+def main_job_records(p: str) -> list[dict] | None:
+  """The records of a main-job results file (``experiments.main`` on the toy world: one
+  record per cell and method, no sweep fields), or None when ``p`` is a sweep's file."""
+  p = _path(p)
+  with open(p) as f:
+    first = next((line for line in f if line.strip()), None)
+  try:
+    rec = json.loads(first) if first else None
+  except ValueError:
+    return None  # read_records names the bad line
+  if not isinstance(rec, dict) or "experiment" in rec or not MAIN_JOB_FIELDS <= set(rec):
+    return None
+  out = []
+  with open(p) as f:
+    for i, line in enumerate(f):
+      if not line.strip():
+        continue
+      try:
+        r = json.loads(line)
+      except ValueError as e:
+        raise ValueError(f"{p}, line {i + 1}: not a JSON record ({e})") from None
+      if not isinstance(r, dict) or not MAIN_JOB_FIELDS <= set(r):
+        raise ValueError(f"{p}, line {i + 1}: not a main-job record (needs "
+                         f"{sorted(MAIN_JOB_FIELDS)})")
+      out.append(r)
+  return out
+
+
+def render_main_job(records: Sequence[dict], summary: dict | None) -> str:
+  """The main job's Table 1 and Table 2 layouts (``pipeline.format_tables``) with, where its
+  ``summary.json`` is there, the retention ratios and the method options it departed on."""
+  from platonic_jax.pipeline import format_tables
+  cell = records[0]
+  controls = [t for t in cell["accuracy"] if t not in cell["tasks"]]
+  parts = [f"## main job ({len(records)} records)\n", "```", format_tables(records, controls).strip(),
+           "```\n"]
+  if summary:
+    for k in ("oracle_retention", "consensus_retention"):
+      if k in summary:
+        v = summary[k]
+        parts.append(f"- {k}: {'null (undefined)' if v is None else f'{v:.2f}'}")
+    method = summary.get("method")
+    if method:
+      deps = method.get("departures", [])
+      parts.append("- departures from METHOD: " + (", ".join(
+          f"{d} = {method[d]['value']!r} (METHOD: {method[d]['method']!r})" for d in deps)
+          or "none"))
+  return "\n".join(parts) + "\n"
 
 
 def _path(p: str) -> str:
@@ -99,15 +155,25 @@ def figures(by_experiment: dict[str, list[dict]], out_dir: str) -> list[str]:
 
 def write(paths: Sequence[str], out_dir: str | None = None,
           config_hash: str | None = None) -> tuple[str, list[str]]:
-  """Writes OUT/report.md and the figures; returns (report path, png paths)."""
-  by_exp = load(paths, config_hash)
-  if not by_exp:
+  """Writes OUT/report.md and the figures; returns (report path, png paths). A main job's
+  workdir (or results file) renders as ``render_main_job``; its negation.png stays beside it."""
+  mains, sweeps = [], []
+  for p in paths:
+    recs = main_job_records(p)
+    (sweeps if recs is None else mains).append((p, recs))
+  by_exp = load([p for p, _ in sweeps], config_hash) if sweeps else {}
+  if not by_exp and not any(recs for _, recs in mains):
     raise ValueError(f"no records in {list(paths)}")
   out_dir = out_dir or os.path.dirname(os.path.abspath(_path(paths[0])))
   os.makedirs(out_dir, exist_ok=True)
+  text = render(by_exp, skipped([p for p, _ in sweeps])) if by_exp else "# Results\n"
+  for p, recs in mains:
+    if recs:
+      summary_path = os.path.join(os.path.dirname(os.path.abspath(_path(p))), "summary.json")
+      summary = json.load(open(summary_path)) if os.path.isfile(summary_path) else None
+      text += "\n" + render_main_job(recs, summary)
   md = os.path.join(out_dir, "report.md")
-  with open(md, "w") as f:
-    f.write(render(by_exp, skipped(paths)))
+  atomic_write(md, text.encode())
   return md, figures(by_exp, out_dir)
 
 

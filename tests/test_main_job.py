@@ -504,3 +504,19 @@ def test_exported_cells_load_in_transformers_and_score_as_the_cells(run_1se, cac
       G = pj.class_embeddings(G_model, list(task.classnames), list(task.templates))
       got = zeroshot.accuracy(Z, task.test[1], np.asarray(G))
       assert abs(got - acc) <= 100.0 / len(task.test[1]) + 1e-9, (spec, t, got, acc)
+
+
+def test_report_renders_the_main_jobs_workdir(run, tmp_path):
+  """``experiments.report`` renders a main job's workdir: its Table 1 and Table 2 layouts
+  (every row read against its own cells), the retention ratio and the departures from METHOD."""
+  from experiments import report
+  work, stdout = run
+  assert report.main([str(work), "--out", str(tmp_path)]) == 0
+  md = open(tmp_path / "report.md").read()
+  summary = json.load(open(os.path.join(work, "summary.json")))
+  assert "## main job" in md and "Table 1: addition" in md and "Table 2: negation" in md
+  assert f"oracle_retention: {summary['oracle_retention']:.2f}" in md
+  assert "departures from METHOD: calibrate = True (METHOD: False)" in md
+  # the tables are the ones the job printed
+  printed = stdout[stdout.index("Table 1: addition"):].strip().splitlines()
+  assert all(line in md for line in printed if line.strip() and not line.startswith("wrote"))

@@ -102,30 +102,3 @@ def skipped_note(skipped: dict[str, list[str]]) -> str:
            f"{', ...' if len(where) > 3 else ''})" for split, where in sorted(skipped.items())]
   return ("\n**Corrupt examples left out (data.skip_corrupt)**\n\n" + "\n".join(lines)
           + "\n")
-
-
-def default_workdir(config) -> str:
-  return os.path.join("workdir", f"{config.experiment}_{config.variant}")
-
-
-def main(config, workdir: str | None, log: Callable[[str], None] = print) -> Outcome:
-  """The launcher's half (``experiments.main``): compilation cache, run, report."""
-  import jax
-  from experiments import report
-  from platonic_jax.study import default_cache_dir
-  from platonic_jax.sweep import check_writable_dir
-  get(config.experiment)  # fail on an unknown experiment before any model is loaded
-  workdir = workdir or default_workdir(config)
-  check_writable_dir(workdir, "--workdir")  # and on a workdir it could not write
-  if config.compilation_cache:
-    jax.config.update("jax_compilation_cache_dir",
-                      os.path.join(config.cache_dir or default_cache_dir(), "xla"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-  log(f"experiment {config.experiment} ({config.variant}) -> {workdir}")
-  outcome = run(config, workdir, log=log)
-  md, pngs = report.write([os.path.join(workdir, RESULTS)], workdir)
-  with open(md) as f:
-    print(f.read())
-  print(f"wrote {os.path.join(workdir, RESULTS)} ({len(outcome.records)} cells, "
-        f"{len(outcome.computed)} computed now), {md}" + "".join(f", {p}" for p in pngs))
-  return outcome

@@ -5,7 +5,7 @@ import tempfile
 
 import pytest
 
-from experiments import launch, tables
+from experiments import launch, suite, tables
 from platonic_jax import pipeline, sweep
 from platonic_jax import study as study_lib
 from tests.experiments.conftest import load_config
@@ -22,7 +22,7 @@ def _refused_everywhere(workdir, tmp_path, monkeypatch):
   config = load_config("table1_addition", cache_dir=str(tmp_path / "cache"),
                        compilation_cache=False)
   with pytest.raises(ValueError, match="--workdir .*(not writable|cannot be created)"):
-    tables.main(config, workdir, log=lambda s: None)
+    suite.main(config, workdir, log=lambda s: None)
   with pytest.raises(ValueError, match="workdir .*(not writable|cannot be created)"):
     tables.run(config, workdir, log=lambda s: None)
   with pytest.raises(ValueError, match="workdir .*(not writable|cannot be created)"):

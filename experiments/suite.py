@@ -1,0 +1,39 @@
+"""The suite's launcher half: run (or resume) a paper table's sweep, then render its report.
+
+``experiments.main`` calls ``main`` for a config with an ``experiment`` field; the sweep itself
+is ``experiments.tables.run`` and the rendering ``experiments.report`` (neither imports the
+other's launcher).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from experiments import report, tables
+
+
+def default_workdir(config) -> str:
+  return os.path.join("workdir", f"{config.experiment}_{config.variant}")
+
+
+def main(config, workdir: str | None, log: Callable[[str], None] = print) -> tables.Outcome:
+  """The launcher's half (``experiments.main``): compilation cache, run, report."""
+  import jax
+  from platonic_jax.study import default_cache_dir
+  from platonic_jax.sweep import check_writable_dir
+  tables.get(config.experiment)  # fail on an unknown experiment before any model is loaded
+  workdir = workdir or default_workdir(config)
+  check_writable_dir(workdir, "--workdir")  # and on a workdir it could not write
+  if config.compilation_cache:
+    jax.config.update("jax_compilation_cache_dir",
+                      os.path.join(config.cache_dir or default_cache_dir(), "xla"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+  log(f"experiment {config.experiment} ({config.variant}) -> {workdir}")
+  outcome = tables.run(config, workdir, log=log)
+  md, pngs = report.write([os.path.join(workdir, tables.RESULTS)], workdir)
+  with open(md) as f:
+    print(f.read())
+  print(f"wrote {os.path.join(workdir, tables.RESULTS)} ({len(outcome.records)} cells, "
+        f"{len(outcome.computed)} computed now), {md}" + "".join(f", {p}" for p in pngs))
+  return outcome

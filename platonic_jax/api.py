@@ -5,7 +5,7 @@ from platonic_jax.convert.hf import export_hf, load_model
 from platonic_jax.embed import class_embeddings, embed_images, embed_texts, l2_normalize
 from platonic_jax.embed import embed_audio
 from platonic_jax.models.dual_encoder import DualEncoder
-from platonic_jax.models.registry import FAMILIES
+from platonic_jax.convert.registry import FAMILIES
 
 __all__ = [
     "CheckpointError", "DualEncoder", "FAMILIES", "class_embeddings", "embed_images",

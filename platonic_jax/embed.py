@@ -255,11 +255,12 @@ def embed_audio(model: DualEncoder, waveforms, sampling_rate: int, *, batch_size
   deterministic. Batching as ``embed_images``: batch_size rounded up to a multiple of the
   device count, the last partial batch padded, one compilation per run.
   """
+  from platonic_jax.convert.clap import extractor_for
   from platonic_jax.models import audio_features
   if getattr(model.module, "input_kind", "image") != "audio":
     raise ValueError(f"model {model.name!r} ({model.family.name}) has no audio tower; "
                      "embed_audio takes CLAP models")
-  extractor = feature_extractor or audio_features.extractor_for(model)
+  extractor = feature_extractor or extractor_for(model)
   audio_features.check_compatible(extractor, model.module.spec.audio)
   feats = extractor(waveforms, sampling_rate, rng=np.random.RandomState(seed))
   mesh = mesh or mesh_lib.data_mesh()

@@ -58,7 +58,8 @@ def run(config, workdir: str, *, log: Callable[[str], None] = print, world=None,
         study=None) -> Outcome:
   """Runs (or resumes) the sweep of ``config.experiment`` into ``workdir/results.jsonl``.
 
-  Also writes ``workdir/config.json`` (the config and its hash), ``workdir/tables.md`` and
+  Also writes ``workdir/config.json`` (the config, its hash and the run's ``method`` block:
+  ``platonic_jax.core.options.method_block``), ``workdir/tables.md`` and
   ``workdir/skipped.json`` (the corrupt examples ``data.skip_corrupt`` left out, by split;
   ``{}`` when none), the latter also logged and listed under the tables.
   world / study: an already built toy world or study to reuse (tests, notebooks). A workdir
@@ -67,6 +68,7 @@ def run(config, workdir: str, *, log: Callable[[str], None] = print, world=None,
   anything is loaded.
   """
   from platonic_jax import study as study_lib
+  from platonic_jax.core import options
   from platonic_jax.sweep import Sweep, atomic_write, check_writable_dir, config_hash, plain
   from experiments.configs.common import check_name_lists
   module = get(config.experiment)
@@ -85,12 +87,21 @@ def run(config, workdir: str, *, log: Callable[[str], None] = print, world=None,
                json.dumps(skipped, indent=1, sort_keys=True).encode())
   cells = module.cells(study, config)
   records = sweep.run(cells, lambda cell: module.compute(study, config, cell), log)
+  method = options.method_block(config)
   atomic_write(os.path.join(workdir, "config.json"),
-               json.dumps({"config_hash": chash, "config": plain(config)}, indent=1,
-                          sort_keys=True).encode())
+               json.dumps({"config_hash": chash, "config": plain(config), "method": method},
+                          indent=1, sort_keys=True).encode())
   atomic_write(os.path.join(workdir, "tables.md"),
-               (module.render(records) + skipped_note(skipped)).encode())
+               (module.render(records) + skipped_note(skipped) + method_note(method)).encode())
   return Outcome(records=records, computed=list(sweep.computed), study=study)
+
+
+def method_note(method: dict) -> str:
+  """A markdown line naming the options a run took away from METHOD (``core.options``)."""
+  deps = method.get("departures", [])
+  return ("\n**Departures from METHOD**: " + (", ".join(
+      f"{d} = {method[d]['value']!r} (METHOD: {method[d]['method']!r})" for d in deps)
+      or "none") + "\n")
 
 
 def skipped_note(skipped: dict[str, list[str]]) -> str:

@@ -14,7 +14,7 @@ from platonic_jax.convert import checkpoint, keymap
 from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.models import preprocess
 from platonic_jax.models.preprocess import PREPROCESSOR_CONFIG
-from platonic_jax.models.registry import family_for_config
+from platonic_jax.convert.registry import family_for_config
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer_config.json")
 

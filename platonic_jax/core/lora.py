@@ -47,7 +47,7 @@ def linear_layers(module: nnx.Module) -> dict[str, Dense]:
 
 def default_targets(module: nnx.Module) -> tuple[str, ...]:
   """The registry's ``lora_targets`` for the module's family (``module.family``)."""
-  from platonic_jax.models.registry import FAMILIES
+  from platonic_jax.convert.registry import FAMILIES
   name = getattr(module, "family", None)
   for fam in FAMILIES.values():
     if fam.name == name:

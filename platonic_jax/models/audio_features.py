@@ -311,23 +311,6 @@ class AudioFeatureExtractor:
                          is_longer)
 
 
-def extractor_for(model) -> AudioFeatureExtractor:
-  """The CLAP feature extractor of a loaded ``DualEncoder``: the ``preprocessor_config.json`` of
-  its checkpoint directory (``model.name``). Raises ValueError where there is none."""
-  from platonic_jax.convert import checkpoint
-  try:
-    directory = checkpoint.resolve(model.name)
-  except checkpoint.CheckpointError as e:
-    directory, why = None, str(e)
-  found = AudioFeatureExtractor.from_dir(directory) if directory else None
-  if found is None:
-    where = f"in {directory}" if directory else f"({why})"
-    raise ValueError(f"no ClapFeatureExtractor {PREPROCESSOR_CONFIG} found for model "
-                     f"{model.name!r} {where}; pass feature_extractor=AudioFeatureExtractor(...) "
-                     "with the checkpoint's settings")
-  return found
-
-
 def check_compatible(extractor: AudioFeatureExtractor, audio_spec) -> None:
   """Raises ValueError when ``extractor``'s features cannot feed an audio tower of
   ``audio_spec`` (a ``ClapAudioSpec``): mel bins, channels (fusion <-> fused model), frames."""

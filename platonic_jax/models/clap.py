@@ -6,8 +6,8 @@ Module attribute names copy the Hugging Face ``ClapModel`` names (``audio_model.
 .LayerNorm``, ``audio_projection.linear2``, ...) so the generic key map in
 ``platonic_jax.convert.keymap`` converts every tensor; ``nn.Sequential`` children keep their
 indices (``fusion_model.local_att.0`` is a convolution, ``.1`` a batch norm; the parameter-free
-ReLU / pooling slots are empty). The registry's hooks ``hf_to_nnx_buffers`` /
-``nnx_to_hf_buffers`` handle PyTorch's buffers (see there).
+ReLU / pooling slots are empty). The registry's hooks in ``platonic_jax.convert.clap``
+(``hf_to_nnx_buffers`` / ``nnx_to_hf_buffers``) handle PyTorch's buffers.
 
 **Audio tower (HTSAT).** ``input_features`` ``(B, C, T, F)`` — log-mel frames from
 ``platonic_jax.models.audio_features`` (``C`` = 1, or 4 for the fusion input of a fused model),
@@ -851,97 +851,3 @@ class ClapModel(nnx.Module):
 # attention's ``relative_position_index`` (N, N). On load they are checked and dropped; on
 # export they are written back. Batch norms' ``num_batches_tracked`` (int64 scalar) maps to our
 # exact two-digit float32 form.
-
-_POSITION_IDS = "text_model.embeddings.position_ids"
-_TOKEN_TYPE_IDS = "text_model.embeddings.token_type_ids"
-_POSITION_TABLE = "text_model.embeddings.position_embeddings.weight"
-_REL_INDEX = ".attention.self.relative_position_index"
-_REL_TABLE = ".attention.self.relative_position_bias_table"
-_BN_COUNT = ".num_batches_tracked"
-
-
-def _expected_buffers(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-  out = {}
-  if _POSITION_TABLE in tensors:
-    p = np.shape(tensors[_POSITION_TABLE])[0]
-    out[_POSITION_IDS] = np.arange(p, dtype=np.int64)[None]
-    out[_TOKEN_TYPE_IDS] = np.zeros((1, p), np.int64)
-  for k, v in tensors.items():
-    if k.endswith(_REL_TABLE):
-      w = (math.isqrt(np.shape(v)[0]) + 1) // 2
-      out[k[:-len(_REL_TABLE)] + _REL_INDEX] = relative_position_index(w).astype(np.int64)
-  return out
-
-
-def hf_to_nnx_buffers(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """Checkpoint tensors -> the key map's input: the derived buffers are verified against their
-  definition (a CheckpointError names any that differs) and dropped; ``num_batches_tracked``
-  ``n`` becomes float32 ``[n // 2^24, n % 2^24]`` (0 where a checkpoint lacks it, as
-  ``from_pretrained`` initialises a missing buffer; it plays no part at inference)."""
-  from platonic_jax.convert.checkpoint import CheckpointError
-  out = dict(tensors)
-  bad = []
-  for k, want in _expected_buffers(tensors).items():
-    if k in out:
-      got = np.asarray(out.pop(k))
-      if got.shape != want.shape or not np.array_equal(got, want):
-        bad.append(k)
-  if bad:
-    raise CheckpointError(f"checkpoint buffers differ from their definition (position ids "
-                          f"0..P-1, token type ids 0, Swin relative position index): {bad}")
-  for k in [k for k in out if k.endswith(".running_mean")]:
-    out.setdefault(k[:-len(".running_mean")] + _BN_COUNT, np.asarray(0, np.int64))
-  for k in [k for k in out if k.endswith(_BN_COUNT)]:
-    v = np.asarray(out[k])
-    if v.shape == () and np.issubdtype(v.dtype, np.integer):
-      n = int(v)
-      if not 0 <= n < BN_COUNT_BASE ** 2:
-        raise CheckpointError(f"{k} = {n} is outside [0, 2^48)")
-      out[k] = np.asarray([n // BN_COUNT_BASE, n % BN_COUNT_BASE], np.float32)
-  return out
-
-
-def nnx_to_hf_buffers(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """Our tensors under HF names -> a complete ``ClapModel`` checkpoint: ``num_batches_tracked``
-  back to an integer scalar and the derived buffers added."""
-  out = dict(tensors)
-  for k in [k for k in out if k.endswith(_BN_COUNT)]:
-    hi, lo = (int(round(float(x))) for x in np.asarray(out[k]).reshape(2))
-    n = hi * BN_COUNT_BASE + lo
-    if n >= 2 ** 31:
-      raise ValueError(f"{k} = {n} does not fit the int32 tensors this exporter writes")
-    out[k] = np.asarray(n, np.int64)
-  out.update(_expected_buffers(out))
-  return out
-
-
-def export_hf(model, out_dir: str, *, overwrite: bool = False) -> str:
-  """``pj.export_hf`` for CLAP (the registry's ``export_writer``): Hugging Face layout as for the
-  other families (``config.json`` naming ``ClapModel``, ``model.safetensors``, tokenizer files),
-  plus the source checkpoint's ``ClapFeatureExtractor`` ``preprocessor_config.json`` copied as
-  is, and never an image-processor config (``load_model`` parses CLAP's feature-extractor
-  config as an image preprocessor, whose ``to_dict`` would replace it). Refuses a foreign
-  non-empty ``out_dir`` unless ``overwrite``; atomic, as ``checkpoint.write_checkpoint``."""
-  import os
-  from platonic_jax.convert import checkpoint, hf
-  from platonic_jax.models import audio_features
-  tensors = hf.hf_tensors(model)
-  config = dict(model.config)
-  config["architectures"] = [model.family.hf_architecture]
-  try:
-    source = checkpoint.resolve(model.name)
-  except checkpoint.CheckpointError:
-    source = None
-  extractor = None
-  if source is not None and audio_features.AudioFeatureExtractor.from_dir(source) is not None:
-    with open(os.path.join(source, audio_features.PREPROCESSOR_CONFIG), "rb") as f:
-      extractor = f.read()
-
-  def extra(tmp):
-    if model.tokenizer is not None:
-      model.tokenizer.save_pretrained(tmp)
-    if extractor is not None:
-      with open(os.path.join(tmp, audio_features.PREPROCESSOR_CONFIG), "wb") as f:
-        f.write(extractor)
-
-  return checkpoint.write_checkpoint(out_dir, config, tensors, extra, overwrite=overwrite)

@@ -13,9 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from platonic_jax.convert import keymap
 from platonic_jax.models.preprocess import ImagePreprocessor, NaflexPreprocessor
-from platonic_jax.models.registry import Family
 
 
 @dataclasses.dataclass
@@ -32,7 +30,7 @@ class DualEncoder:
   """
   module: nnx.Module
   config: dict
-  family: Family
+  family: Any  # a platonic_jax.convert.registry.Family
   tokenizer: Any = None
   preprocessor: ImagePreprocessor | NaflexPreprocessor | None = None
   name: str = "model"
@@ -47,7 +45,9 @@ class DualEncoder:
     operator bank uses it to refuse applying operators to a model they were not solved for.
     """
     h = hashlib.sha256(json.dumps(self.config, sort_keys=True, default=str).encode())
-    flat = keymap.flatten(nnx.state(self.module, nnx.Param).to_pure_dict())
+    flat = {tuple(k.key if hasattr(k, "key") else k.idx for k in path): leaf for path, leaf in
+            jax.tree_util.tree_flatten_with_path(
+                nnx.state(self.module, nnx.Param).to_pure_dict())[0]}
     edit = tuple(self.family.edit_point.split("."))
     for path in sorted(flat, key=str):
       a = np.asarray(flat[path], np.float32)

@@ -10,7 +10,7 @@ import platonic_jax as pj
 from platonic_jax.convert import hf as hf_convert
 from platonic_jax.core import head_edit
 from platonic_jax.core.solve import landmarks, shift_field, solve_head_delta
-from platonic_jax.models import registry
+from platonic_jax.convert import registry
 from platonic_jax.models.dual_encoder import DualEncoder
 
 N_PROBES, N_CLASSES, RANK = 12, 6, 5

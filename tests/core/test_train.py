@@ -18,7 +18,8 @@ from flax import nnx
 from platonic_jax.core import adapter, baselines, lora, train
 from platonic_jax.core.descriptor import Descriptor
 from platonic_jax.core.grid import make_grid
-from platonic_jax.models import registry, siglip
+from platonic_jax.convert import registry
+from platonic_jax.models import siglip
 from platonic_jax.models.clip import CLIPModel, ClipSpec, TowerSpec
 from platonic_jax.models.dual_encoder import DualEncoder
 

@@ -63,6 +63,14 @@ def test_config_runs_end_to_end(name, experiment, title, micro, suite_dir):
   assert title in md and "nan" not in md.lower()
   saved = json.load(open(os.path.join(work, "config.json")))
   assert saved["config"]["experiment"] == experiment
+  # the suite's studies solve METHOD's descriptors with METHOD's selection; the adapter's keep
+  # is the config's; SigLIP targets take the embedding operator
+  method = saved["method"]
+  keep = float(config.adapter.keep) if "adapter" in config else 0.0
+  assert method["calibrate"]["value"] is False and method["selection_rule"]["value"] == "min"
+  assert method["adapter.keep"]["value"] == keep
+  assert method["departures"] == sorted(["residual_head_route"] + (["adapter.keep"] if keep else []))
+  assert "**Departures from METHOD**: residual_head_route = 'embedding_operator'" in md
   # A rerun finds every cell finished: nothing computed, nothing embedded, the same records.
   again = tables.run(config, work, log=_quiet, world=world)
   assert again.computed == [] and again.records == out.records

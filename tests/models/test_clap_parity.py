@@ -16,7 +16,8 @@ import platonic_jax as pj
 from platonic_jax import embed as embed_lib
 from platonic_jax.convert import hf as hf_convert, keymap
 from platonic_jax.core import fold as fold_lib, lora
-from platonic_jax.models import clap, registry
+from platonic_jax.convert import registry
+from platonic_jax.models import clap
 from platonic_jax.models.audio_features import AudioFeatureExtractor
 
 # unfused: freq_ratio 3 (16 mel bins folded into a 48x48 image), a 12x12 patch grid, window 4:

@@ -186,7 +186,7 @@ def preprocessor(image_size: int):
 
 def _dual_encoder(module, config: Mapping, family: str, tokenizer):
   from platonic_jax.models.dual_encoder import DualEncoder
-  from platonic_jax.models.registry import family_for_config
+  from platonic_jax.convert.registry import family_for_config
   cfg = hf_config(config, family)
   return DualEncoder(module=module, config=cfg, family=family_for_config(cfg),
                      tokenizer=tokenizer, preprocessor=preprocessor(int(config["image_size"])),
@@ -196,7 +196,7 @@ def _dual_encoder(module, config: Mapping, family: str, tokenizer):
 def init_module(config: Mapping, family: str):
   """The family's freshly initialised NNX module (seeded by the world seed and its name)."""
   from flax import nnx
-  from platonic_jax.models.registry import family_for_config
+  from platonic_jax.convert.registry import family_for_config
   cfg = hf_config(config, family)
   fam = family_for_config(cfg)
   seed = np.random.default_rng(tasks_lib.stream(config["seed"], tasks_lib.INIT, family))

@@ -1,11 +1,14 @@
-"""Family registry: a checkpoint's ``model_type`` -> how to build, convert and edit it."""
+"""Family registry: a checkpoint's ``model_type`` -> how to build, convert and edit it (the
+converters' table: it imports the model modules, which never import it)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Callable, Mapping
 
-from platonic_jax.models import clip, eva, siglip, siglip2
+from platonic_jax.convert import clap as clap_convert
+from platonic_jax.convert import eva as eva_convert
+from platonic_jax.models import clap, clip, eva, siglip, siglip2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,17 +125,15 @@ EVA02 = register(Family(
     hf_architecture="CustomTextCLIP",
     hf_to_nnx_hook=eva.open_clip_to_nnx,
     nnx_to_hf_hook=eva.nnx_to_open_clip,
-    check_checkpoint=eva.check_checkpoint,
+    check_checkpoint=eva_convert.check_checkpoint,
     preprocessor_from_config=eva.preprocessor_from_config,
-    export_writer=eva.export_open_clip,
+    export_writer=eva_convert.export_open_clip,
 ))
 
 
 # CLAP audio-text (laion/clap-htsat-unfused, laion/clap-htsat-fused, laion/larger_clap_general,
 # laion/larger_clap_music_and_speech): HTSAT audio tower; the closed form folds into the audio
 # projection's last linear; embed audio with platonic_jax.embed_audio.
-from platonic_jax.models import clap  # noqa: E402
-
 CLAP = register(Family(
     name="clap",
     model_types=("clap",),
@@ -143,9 +144,9 @@ CLAP = register(Family(
     lora_targets=("audio_model.audio_encoder.layers.*.blocks.*.attention.self.query",
                   "audio_model.audio_encoder.layers.*.blocks.*.attention.self.value"),
     hf_architecture="ClapModel",
-    hf_to_nnx_hook=clap.hf_to_nnx_buffers,
-    nnx_to_hf_hook=clap.nnx_to_hf_buffers,
-    export_writer=clap.export_hf,
+    hf_to_nnx_hook=clap_convert.hf_to_nnx_buffers,
+    nnx_to_hf_hook=clap_convert.nnx_to_hf_buffers,
+    export_writer=clap_convert.export_hf,
 ))
 
 

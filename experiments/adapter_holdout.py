@@ -18,10 +18,13 @@ import time
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from experiments import launch
+
 _DEFAULT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "main.py")
 _CONFIG = config_flags.DEFINE_config_file("config", _DEFAULT, "main job config", lock_config=True)
 _RECIPES = flags.DEFINE_list("recipes", ["150:2e-3", "300:5e-3", "600:5e-3", "600:1e-2"],
                              "adapter recipes STEPS:LR")
+_PROGRESS = flags.DEFINE_bool("progress", None, launch.PROGRESS_HELP)
 _HELD = flags.DEFINE_float("held_fraction", 0.2, "share of each term's probes held out")
 
 
@@ -46,11 +49,11 @@ def main(argv):
   del argv
   import numpy as np
 
-  from experiments import launch
   from platonic_jax import pipeline
   from platonic_jax.core import adapter
 
   logging.set_verbosity(logging.WARNING)
+  launch.set_progress(_PROGRESS.value)
   recipes = parse_recipes(_RECIPES.value)
   cfg = _CONFIG.value
   names = launch.configure(cfg)

@@ -5,7 +5,33 @@ launcher may import it.
 
 import os
 import time
-from typing import Callable
+from typing import Callable, Sequence
+
+# The help of each launcher's ``--progress`` flag (defined there: this module defines no flags).
+PROGRESS_HELP = ("progress bars with the time left, on stderr: --noprogress silences them, "
+                 "--progress shows them; unset, PLATONIC_JAX_PROGRESS decides (on unless 0)")
+
+
+def set_progress(value: bool | None) -> None:
+  """Applies a launcher's ``--progress`` flag (None: leave it to ``PLATONIC_JAX_PROGRESS``)."""
+  from platonic_jax.progress import set_progress as apply
+  apply(value)
+
+
+def where(workdir: str, outputs: Sequence[tuple[str, str | None, str]]) -> str:
+  """The last lines of a launcher: for each ``(kind, file name, what it holds)`` in ``workdir``,
+  ``kind: <absolute path>  (what)`` (``kind: what`` when the name is None), so the results,
+  tables and figures can be found."""
+  root = os.path.abspath(workdir)
+  width = max(len(kind) for kind, _, _ in outputs) + 1
+  lines = [f"outputs in {root}:"]
+  for kind, name, what in outputs:
+    head = f"  {kind + ':':<{width}} "
+    if name is None:
+      lines.append(head + what)
+    else:
+      lines.append(head + os.path.join(root, name) + (f"  ({what})" if what else ""))
+  return "\n".join(lines)
 
 
 def timed_log() -> Callable[[str], None]:

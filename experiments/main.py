@@ -9,8 +9,10 @@ table's resumable sweep instead (``experiments.suite``: ``experiments.tables`` r
 
     python -m experiments.main --config=experiments/configs/table1_addition.py:micro --workdir=/tmp/t1
 
-Writes WORKDIR/results.jsonl (one record per cell and method), WORKDIR/summary.json and
-WORKDIR/negation.png, and prints the paper's Table 1 and Table 2 layouts.
+Writes WORKDIR/results.jsonl (one record per cell and method), WORKDIR/summary.json,
+WORKDIR/tables.txt (the paper's Table 1 and Table 2 layouts, also printed) and
+WORKDIR/negation.png, and ends by listing them. Slow stages show progress bars with the time
+left on stderr; ``--noprogress`` (or PLATONIC_JAX_PROGRESS=0) silences them.
 """
 
 import os
@@ -19,9 +21,12 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from experiments import launch
+
 _DEFAULT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "main.py")
 _CONFIG = config_flags.DEFINE_config_file("config", _DEFAULT, "main job config", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/main", "where results are written")
+_PROGRESS = flags.DEFINE_bool("progress", None, launch.PROGRESS_HELP)
 _KEEP_MEMORY = flags.DEFINE_bool(
     "keep_memory", True, "when every family is cached, run under glibc malloc tunables that "
     "keep freed memory mapped (experiments/malloc_env.py; on the 2-core development VM the "
@@ -30,13 +35,13 @@ _KEEP_MEMORY = flags.DEFINE_bool(
 
 def main(argv):
   del argv
-  from experiments import launch
   from platonic_jax import pipeline
   from platonic_jax.data.toyworld.world import is_cached
   from platonic_jax.parallel.mesh import initialize_distributed
 
   initialize_distributed()
   logging.set_verbosity(logging.WARNING)  # keep Orbax's per-checkpoint info lines out
+  launch.set_progress(_PROGRESS.value)
   log = launch.timed_log()
   config = _CONFIG.value
   if config.get("experiment", "main") != "main":
@@ -56,7 +61,11 @@ def main(argv):
   log(f"[0/5] toy world '{config.world.variant}' seed {config.seed}: pretraining or cache")
   world = launch.build_world(config, log)
   pipeline.run(world, config, _WORKDIR.value, log=log)
-  print(f"wrote {_WORKDIR.value}/results.jsonl, summary.json, negation.png")
+  print(launch.where(_WORKDIR.value, [
+      ("results", "results.jsonl", "one record per cell and method"),
+      ("summary", "summary.json", "mean changes per setting and method, selection, ceilings"),
+      ("tables", pipeline.TABLES, "Table 1 and Table 2 layouts, printed above"),
+      ("figures", "negation.png", "Figure 2: cross-model negation against its strength")]))
 
 
 if __name__ == "__main__":

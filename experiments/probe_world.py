@@ -14,18 +14,21 @@ import time
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from experiments import launch
 from platonic_jax.data.toyworld import build_world, zeroshot
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/toy_world.py",
                                           "toy world config", lock_config=True)
 _PROBE = flags.DEFINE_bool("probe", False, "also fit a linear probe per family x task")
 _PROBE_STEPS = flags.DEFINE_integer("probe_steps", 300, "linear probe optimiser steps")
+_PROGRESS = flags.DEFINE_bool("progress", None, launch.PROGRESS_HELP)
 _FAMILIES = flags.DEFINE_list("families", None, "build only these families (default all)")
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # Orbax logs every write at INFO
+  launch.set_progress(_PROGRESS.value)
   t0 = time.perf_counter()
   world = build_world(_CONFIG.value, families=_FAMILIES.value)
   for name, info in world.pretrain_info.items():

@@ -26,21 +26,24 @@ import time
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from experiments import launch
+
 _DEFAULT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "main.py")
 _CONFIG = config_flags.DEFINE_config_file("config", _DEFAULT, "main job config", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/frontier", "where frontier.json is written")
 _MULTIPLIERS = flags.DEFINE_list("multipliers", ["0.5", "0.75", "1", "1.25", "1.5", "2"],
                                  "multiples of the main job's alpha and lambda to evaluate")
+_PROGRESS = flags.DEFINE_bool("progress", None, launch.PROGRESS_HELP)
 _PICKS = flags.DEFINE_list("picks", ["min", "1se", "cap2"], "operator picks to evaluate")
 
 
 def main(argv):
   del argv
-  from experiments import launch
   from platonic_jax import pipeline
   from platonic_jax.eval import frontier
 
   logging.set_verbosity(logging.WARNING)
+  launch.set_progress(_PROGRESS.value)
   t0 = time.time()
   log = launch.timed_log()
   cfg = _CONFIG.value
@@ -64,7 +67,9 @@ def main(argv):
                            {"alpha": float(cfg.alpha), "lambda": float(cfg.negation_lambda),
                             "picks": result})
   print(frontier.format_table(result))
-  print(f"wrote {path} ({time.time() - t0:.0f} s)")
+  print(f"done in {time.time() - t0:.0f} s")
+  print(launch.where(_WORKDIR.value, [("results", os.path.basename(path),
+                                       "the frontier per pick; the table printed above")]))
 
 
 if __name__ == "__main__":

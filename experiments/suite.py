@@ -34,6 +34,14 @@ def main(config, workdir: str | None, log: Callable[[str], None] = print) -> tab
   md, pngs = report.write([os.path.join(workdir, tables.RESULTS)], workdir)
   with open(md) as f:
     print(f.read())
-  print(f"wrote {os.path.join(workdir, tables.RESULTS)} ({len(outcome.records)} cells, "
-        f"{len(outcome.computed)} computed now), {md}" + "".join(f", {p}" for p in pngs))
+  from experiments.launch import where
+  outputs = [("results", tables.RESULTS, f"{len(outcome.records)} cells, "
+                                         f"{len(outcome.computed)} computed now; rerun the "
+                                         "command to resume"),
+             ("tables", os.path.relpath(md, workdir), "printed above"),
+             ("config", "config.json", "the config, its hash and the method block")]
+  outputs += [("figure", os.path.relpath(p, workdir), "") for p in pngs]
+  if not pngs:
+    outputs.append(("figures", None, f"none (experiment {config.experiment} draws no figure)"))
+  print(where(workdir, outputs))
   return outcome

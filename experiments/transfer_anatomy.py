@@ -30,17 +30,20 @@ import time
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from experiments import launch
+
 _DEFAULT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "main.py")
 _CONFIG = config_flags.DEFINE_config_file("config", _DEFAULT, "main job config", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/anatomy", "where anatomy.json is written")
+_PROGRESS = flags.DEFINE_bool("progress", None, launch.PROGRESS_HELP)
 
 
 def main(argv):
   del argv
-  from experiments import launch
   from platonic_jax.eval.anatomy import descriptor_agreement, format_tables, shift_parts
 
   logging.set_verbosity(logging.WARNING)
+  launch.set_progress(_PROGRESS.value)
   t0 = time.time()
   log = launch.timed_log()
   cfg = _CONFIG.value
@@ -53,7 +56,9 @@ def main(argv):
             "agreement": descriptor_agreement(p.sources, p.tasks, p.names, list(world.models))}
   path = launch.write_json(_WORKDIR.value, "anatomy.json", result)
   print(format_tables(result))
-  print(f"wrote {path} ({time.time() - t0:.0f} s)")
+  print(f"done in {time.time() - t0:.0f} s")
+  print(launch.where(_WORKDIR.value, [("results", os.path.basename(path),
+                                       "agreement and shift parts; the tables printed above")]))
 
 
 if __name__ == "__main__":

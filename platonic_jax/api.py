@@ -6,9 +6,10 @@ from platonic_jax.embed import class_embeddings, embed_images, embed_texts, l2_n
 from platonic_jax.embed import embed_audio
 from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.convert.registry import FAMILIES
+from platonic_jax.progress import progress_enabled, set_progress
 
 __all__ = [
     "CheckpointError", "DualEncoder", "FAMILIES", "class_embeddings", "embed_images",
     "embed_texts", "export_hf", "l2_normalize", "load_model",
 ]
-__all__ += ["embed_audio"]
+__all__ += ["embed_audio", "progress_enabled", "set_progress"]

@@ -72,10 +72,12 @@ def _compiled(graphdef, kind: str, mesh, dtype_name: str, normalize: bool):
 
 
 def _progress(total: int, enabled: bool, desc: str):
+  """A bar with the time left (``platonic_jax.progress``: ``pj.set_progress(False)`` or
+  ``PLATONIC_JAX_PROGRESS=0`` silence it), or None."""
   if not enabled:
     return None
-  from tqdm.auto import tqdm
-  return tqdm(total=total, desc=desc, unit="ex")
+  from platonic_jax import progress
+  return progress.bar(total, f"embed {desc}", unit="ex")
 
 
 def _run_batches(fn: Callable, state, arrays: Sequence[np.ndarray], n: int, batch: int, mesh,

@@ -644,7 +644,8 @@ def prepare(world, cfg, log: Callable[[str], None] = print) -> Prepared:
 
 
 def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
-  """Runs every stage on a built world; writes results.jsonl, summary.json, negation.png.
+  """Runs every stage on a built world; writes results.jsonl, summary.json, negation.png and
+  tables.txt (``write_outputs``).
 
   A ``workdir`` that cannot be written is refused first (``sweep.check_writable_dir``).
   """
@@ -682,20 +683,25 @@ def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
   if cells:
     summary["exports"] = {spec: os.path.relpath(path, workdir) for spec, path in export_edited(
         models, ops, cells, cfg, os.path.join(workdir, "export"), log).items()}
-  write_outputs(workdir, records, summary, curve)
-  log(format_tables(records, controls))
+  tables = format_tables(records, controls)
+  write_outputs(workdir, records, summary, curve, tables)
+  log(tables)
   return summary
 
 
 OUTPUTS = ("results.jsonl", "summary.json", "negation.png")
+TABLES = "tables.txt"
 
 
-def write_outputs(workdir: str, records: Sequence[dict], summary: dict, curve: dict) -> None:
-  """Writes ``OUTPUTS`` into ``workdir``: each to a temporary sibling first (the plot, the one
-  most likely to fail, first of all), then all three renamed into place, so a failure leaves the
-  workdir as it was (temporaries removed)."""
+def write_outputs(workdir: str, records: Sequence[dict], summary: dict, curve: dict,
+                  tables: str | None = None) -> None:
+  """Writes ``OUTPUTS`` (and, given ``tables``, the text of ``format_tables`` as ``TABLES``)
+  into ``workdir``: each to a temporary sibling first (the plot, the one most likely to fail,
+  first of all), then all renamed into place, so a failure leaves the workdir as it was
+  (temporaries removed)."""
   os.makedirs(workdir, exist_ok=True)
-  tmp = {n: os.path.join(workdir, f".tmp-{n}") for n in OUTPUTS}  # keeps the extension
+  names = OUTPUTS + ((TABLES,) if tables is not None else ())
+  tmp = {n: os.path.join(workdir, f".tmp-{n}") for n in names}  # keeps the extension
   try:
     plot_negation_curve(curve, tmp["negation.png"])
     with open(tmp["results.jsonl"], "w") as f:
@@ -703,7 +709,10 @@ def write_outputs(workdir: str, records: Sequence[dict], summary: dict, curve: d
         f.write(json.dumps(r, sort_keys=True) + "\n")
     with open(tmp["summary.json"], "w") as f:
       json.dump(summary, f, indent=2, sort_keys=True)
-    for n in OUTPUTS:
+    if tables is not None:
+      with open(tmp[TABLES], "w") as f:
+        f.write(tables.strip("\n") + "\n")
+    for n in names:
       os.replace(tmp[n], os.path.join(workdir, n))
   finally:
     for path in tmp.values():

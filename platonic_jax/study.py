@@ -39,6 +39,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from platonic_jax import progress
 from platonic_jax.sweep import EmbeddingCache, content_hash, plain
 
 _SOURCE_VERSION = "source/1"
@@ -274,8 +275,12 @@ class Study:
         from platonic_jax.data import loaders
         if model.preprocessor is None:
           raise ValueError(f"model {m!r} has no image preprocessor (preprocessor_config.json)")
-        parts = [embed_lib.embed_images(model, x, batch_size=self.embed_batch, progress=False)
-                 for x, _ in loaders.batches(a, model.preprocessor, self.embed_batch)]
+        parts = []
+        with progress.bar(len(a), f"embed {a.task.name}/{a.split}", unit="ex") as bar:
+          for x, _ in loaders.batches(a, model.preprocessor, self.embed_batch):
+            parts.append(embed_lib.embed_images(model, x, batch_size=self.embed_batch,
+                                                progress=False))
+            bar.update(len(x))
         out[i] = np.concatenate(parts)
         if len(out[i]) != len(a):
           raise ValueError(f"{a.task.name}/{a.split}: {len(a) - len(out[i])} examples could not "

@@ -31,6 +31,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from platonic_jax import progress
+
 # Config fields that change where or how verbosely a run works, never what it computes.
 # ``skip_corrupt`` only says what to do with unreadable examples: like ``root``, the data read
 # is identified by its content (the study's task hashes), not by the config.
@@ -164,20 +166,22 @@ class Sweep:
     if todo:
       os.makedirs(os.path.dirname(self.path), exist_ok=True)
       self._repair()
-    for i, (key, cell) in enumerate(todo):
-      t0 = time.time()
-      metrics = compute(dict(cell))
-      rec = {"config_hash": self.config_hash, "experiment": self.experiment, "key": key,
-             "cell": plain(cell), "metrics": plain(metrics)}
-      line = json.dumps(rec, sort_keys=True, allow_nan=False) + "\n"
-      with open(self.path, "ab") as f:
-        f.write(line.encode())
-        f.flush()
-        os.fsync(f.fileno())
-      self.done[key] = json.loads(line)
-      self.computed.append(key)
-      if log:
-        log(f"  [{i + 1}/{len(todo)}] {key}  ({time.time() - t0:.1f}s)")
+    with progress.bar(len(todo), self.experiment, unit="cell") as bar:
+      for i, (key, cell) in enumerate(todo):
+        t0 = time.time()
+        metrics = compute(dict(cell))
+        rec = {"config_hash": self.config_hash, "experiment": self.experiment, "key": key,
+               "cell": plain(cell), "metrics": plain(metrics)}
+        line = json.dumps(rec, sort_keys=True, allow_nan=False) + "\n"
+        with open(self.path, "ab") as f:
+          f.write(line.encode())
+          f.flush()
+          os.fsync(f.fileno())
+        self.done[key] = json.loads(line)
+        self.computed.append(key)
+        bar.update(1)
+        if log:
+          log(f"  [{i + 1}/{len(todo)}] {key}  ({time.time() - t0:.1f}s)")
     return [self.done[k] for k in keys]
 
 

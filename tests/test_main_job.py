@@ -48,10 +48,19 @@ def run(tmp_path_factory, cache):
 
 def test_outputs_written(run):
   work, stdout = run
-  for name in ("results.jsonl", "summary.json", "negation.png"):
+  for name in ("results.jsonl", "summary.json", "negation.png", "tables.txt"):
     assert os.path.getsize(os.path.join(work, name)) > 0, name
   assert "Table 1: addition" in stdout and "Table 2: negation" in stdout
   assert "Source and target are different models" in stdout
+  tables = open(os.path.join(work, "tables.txt")).read()
+  assert "Table 1: addition" in tables and tables.strip() in stdout
+  # the last lines say where the results, tables and figures are
+  tail = stdout.strip().splitlines()[-5:]
+  assert tail[0] == f"outputs in {os.path.abspath(work)}:"
+  for kind, name in (("results", "results.jsonl"), ("summary", "summary.json"),
+                     ("tables", "tables.txt"), ("figures", "negation.png")):
+    assert any(l.split()[:2] == [kind + ":", os.path.join(os.path.abspath(work), name)]
+               for l in tail[1:]), (kind, tail)
 
 
 def test_summary_layout(run):

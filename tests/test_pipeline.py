@@ -187,6 +187,32 @@ def test_outputs_are_replaced_together_or_not_at_all(tmp_path, monkeypatch):
   assert {n: open(tmp_path / n, "rb").read() for n in pipeline.OUTPUTS} == before
 
 
+def test_tables_are_written_with_the_outputs_or_not_at_all(tmp_path, monkeypatch):
+  curve = {"strength": [0.0, 1.0], "removed": [50.0, 30.0], "controls": [80.0, 78.0]}
+  records = [{"kind": "addition", "composed": 1.0}]
+  pipeline.write_outputs(str(tmp_path), records, {"runtime_s": 1.0}, curve, "\nTable 1\n  x\n")
+  assert sorted(os.listdir(tmp_path)) == sorted(pipeline.OUTPUTS + (pipeline.TABLES,))
+  assert open(tmp_path / pipeline.TABLES).read() == "Table 1\n  x\n"
+
+  def fail(*args, **kwargs):
+    raise RuntimeError("write failed")
+  monkeypatch.setattr(pipeline.json, "dump", fail)
+  with pytest.raises(RuntimeError, match="write failed"):
+    pipeline.write_outputs(str(tmp_path), records, {"runtime_s": 2.0}, curve, "Table 2\n")
+  assert sorted(os.listdir(tmp_path)) == sorted(pipeline.OUTPUTS + (pipeline.TABLES,))
+  assert open(tmp_path / pipeline.TABLES).read() == "Table 1\n  x\n"  # the old one kept
+
+
+def test_a_launcher_ends_by_saying_where_its_outputs_are(tmp_path):
+  from experiments import launch
+  text = launch.where(str(tmp_path / "w"), [("results", "r.jsonl", "cells"),
+                                            ("figures", None, "none (no figure)")])
+  root = os.path.abspath(tmp_path / "w")
+  assert text.splitlines() == [f"outputs in {root}:",
+                               f"  results: {os.path.join(root, 'r.jsonl')}  (cells)",
+                               "  figures: none (no figure)"]
+
+
 def test_a_workdir_that_is_a_file_is_refused(tmp_path):
   from experiments import launch
   launch.check_workdir(str(tmp_path))

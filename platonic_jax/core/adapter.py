@@ -241,7 +241,7 @@ def adapter_training(target: DualEncoder, terms: Sequence[AdapterTerm],
   unmerged adapter, losses (steps,))."""
   train.check_no_adapter(target, "fit_adapter")
   consts, items = adapter_data(target, terms, keep)
-  return train.train_lora(target, adapter_loss, consts, items, recipe)
+  return train.train_lora(target, adapter_loss, consts, items, recipe, desc="adapter")
 
 
 def fit_adapter(target: DualEncoder, edit, probes: Mapping[str, Any] | None = None,

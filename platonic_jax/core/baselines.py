@@ -181,7 +181,8 @@ def affinity_distillation(target: DualEncoder, terms: Sequence[DistillTerm], *, 
   train.check_no_adapter(target, "affinity_distillation")
   recipe = _recipe(rank, alpha, targets, steps, lr, batch, warmup, weight_decay, seed)
   consts, items = _distill_data(target, terms, "affinity")
-  out, _ = train.train_lora(target, adapter.adapter_loss, consts, items, recipe)
+  out, _ = train.train_lora(target, adapter.adapter_loss, consts, items, recipe,
+                            desc="affinity distillation")
   return train.finish(out, merge)
 
 
@@ -201,7 +202,8 @@ def posterior_distillation(target: DualEncoder, terms: Sequence[DistillTerm], *,
   consts, items = _distill_data(target, terms, "posterior")
   s = float(np.exp(np.asarray(target.module.logit_scale[...])))
   consts["teacher_scale"] = np.float32(s if teacher_scale is None else teacher_scale)
-  out, _ = train.train_lora(target, _posterior_distill_loss, consts, items, recipe)
+  out, _ = train.train_lora(target, _posterior_distill_loss, consts, items, recipe,
+                            desc="posterior distillation")
   return train.finish(out, merge)
 
 

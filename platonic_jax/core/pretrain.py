@@ -24,6 +24,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from platonic_jax import progress
 from platonic_jax.core.descriptor import check_int
 
 
@@ -173,25 +174,28 @@ def pretrain(module: nnx.Module, batches: Iterable[Mapping[str, np.ndarray]],
   t0, c0 = time.perf_counter(), time.process_time()
   it = iter(batches)
   window = []
-  for i in range(cfg.steps):
-    try:
-      batch = next(it)
-    except StopIteration:
-      raise ValueError(f"batches ran out after {i} of {cfg.steps} steps") from None
-    params, opt_state, metrics = step(params, opt_state, dict(batch))
-    if i == 0:
-      jax.block_until_ready(params)
-      history["compile_seconds"] = time.perf_counter() - t0
-    window.append(metrics["loss"])
-    if (i + 1) % cfg.log_every == 0 or i + 1 == cfg.steps:
-      loss = float(np.mean(jax.device_get(window)))
-      window = []
-      history["loss"].append((i + 1, loss))
-      if log is not None:
-        log(f"[pretrain {name}] step {i + 1}/{cfg.steps} loss {loss:.4f} "
-            f"logit_scale {float(np.exp(metrics['logit_scale'])):.1f} "
-            f"({time.perf_counter() - t0:.0f}s)")
-  jax.block_until_ready(params)
+  with progress.bar(cfg.steps, f"pretrain {name}") as bar:
+    for i in range(cfg.steps):
+      try:
+        batch = next(it)
+      except StopIteration:
+        raise ValueError(f"batches ran out after {i} of {cfg.steps} steps") from None
+      params, opt_state, metrics = step(params, opt_state, dict(batch))
+      if i == 0:
+        jax.block_until_ready(params)
+        history["compile_seconds"] = time.perf_counter() - t0
+      window.append(metrics["loss"])
+      bar.update(1)
+      if (i + 1) % cfg.log_every == 0 or i + 1 == cfg.steps:
+        loss = float(np.mean(jax.device_get(window)))
+        window = []
+        history["loss"].append((i + 1, loss))
+        bar.set_postfix_str(f"loss {loss:.3f}")
+        if log is not None:
+          log(f"[pretrain {name}] step {i + 1}/{cfg.steps} loss {loss:.4f} "
+              f"logit_scale {float(np.exp(metrics['logit_scale'])):.1f} "
+              f"({time.perf_counter() - t0:.0f}s)")
+    jax.block_until_ready(params)
   history["seconds"] = time.perf_counter() - t0
   history["cpu_seconds"] = time.process_time() - c0
   param_state.replace_by_pure_dict(params)

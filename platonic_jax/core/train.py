@@ -30,6 +30,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from platonic_jax import progress
 from platonic_jax.core import lora
 from platonic_jax.core.descriptor import check_labels
 from platonic_jax.models.dual_encoder import DualEncoder
@@ -150,7 +151,7 @@ def _check_items(items: Sequence[dict]) -> list[int]:
 
 
 def train_lora(model: DualEncoder, loss_fn: lora.LossFn, consts: Any, items: Sequence[dict],
-               recipe: Recipe) -> tuple[DualEncoder, np.ndarray]:
+               recipe: Recipe, *, desc: str = "LoRA") -> tuple[DualEncoder, np.ndarray]:
   """Trains a fresh LoRA on a clone of ``model``; ``model`` itself is never changed.
 
   items: one dict per data set of host arrays sharing a leading size ``n_i`` (images, labels,
@@ -158,7 +159,8 @@ def train_lora(model: DualEncoder, loss_fn: lora.LossFn, consts: Any, items: Seq
   ``batch_plan``) and passes them as ``batch``, a tuple of dicts, so only mini-batches ever
   reach the device. consts: a pytree of arrays every step reads, put on the device once.
   ``loss_fn(module, consts, batch) -> (loss (), aux)``. Returns the model with its adapter
-  attached (unmerged) and the per-step losses ``(steps,)``.
+  attached (unmerged) and the per-step losses ``(steps,)``. ``desc`` names the run's progress
+  bar (``platonic_jax.progress``; steps dispatched, with the time left).
   """
   check_no_adapter(model, "train_lora")
   items = [dict(d) for d in items]
@@ -177,11 +179,15 @@ def train_lora(model: DualEncoder, loss_fn: lora.LossFn, consts: Any, items: Seq
   lrs = recipe.learning_rates()
   wd = np.float32(recipe.weight_decay)
   losses = []
-  for t in range(recipe.steps):
-    # Dispatch is asynchronous: the host gathers step t+1's rows while the device runs step t.
-    batch = tuple({k: v[plan[t]] for k, v in arrays.items()} for arrays, plan in zip(items, plans))
-    lora_state, opt_state, loss, _ = step(lora_state, opt_state, frozen, consts, batch, lrs[t], wd)
-    losses.append(loss)
+  with progress.bar(recipe.steps, f"{desc} (rank {recipe.rank})") as bar:
+    for t in range(recipe.steps):
+      # Dispatch is asynchronous: the host gathers step t+1's rows while the device runs step t.
+      batch = tuple({k: v[plan[t]] for k, v in arrays.items()}
+                    for arrays, plan in zip(items, plans))
+      lora_state, opt_state, loss, _ = step(lora_state, opt_state, frozen, consts, batch, lrs[t],
+                                            wd)
+      losses.append(loss)
+      bar.update(1)
   nnx.update(out.module, lora_state)
   losses = np.asarray(jax.device_get(jnp.stack(losses)))
   if not np.all(np.isfinite(losses)):
@@ -331,7 +337,8 @@ def labeled_training(model: DualEncoder, images, labels, G, recipe: Recipe, *,
   labels = check_labels(labels, images.shape[0], G.shape[0])
   G, mask = pad_head(G, pad_classes)
   consts = {"G": G, "mask": mask, "sign": np.float32(-1.0 if ascend else 1.0)}
-  return train_lora(model, _ce_loss, consts, [{"x": images, "y": labels}], recipe)
+  return train_lora(model, _ce_loss, consts, [{"x": images, "y": labels}], recipe,
+                    desc="gradient ascent" if ascend else "fine-tune")
 
 
 def finetune_source(model: DualEncoder, images, labels, G, *, rank: int = 4,

@@ -27,7 +27,7 @@ TEXT_BUCKET = 8
 
 
 def l2_normalize(x, axis=-1, eps=1e-12):
-  """Row-wise L2 normalisation, computed in fp32."""
+  """Row-wise L2 normalisation ``x (n, d) -> (n, d)`` (any leading axes), computed in fp32."""
   x = jnp.asarray(x, jnp.float32)
   return x * jax.lax.rsqrt(jnp.maximum(jnp.sum(x * x, axis=axis, keepdims=True), eps * eps))
 

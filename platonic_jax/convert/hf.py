@@ -49,6 +49,11 @@ def load_model(name_or_path: str, dtype=jnp.float32) -> DualEncoder:
   Weights are kept in fp32; ``dtype`` is the compute dtype used by embedding (float32 or
   bfloat16). Raises CheckpointError (a ValueError) naming every missing, unused or misshaped
   key, or an unsupported ``model_type``; nothing is half-loaded.
+
+  Example::
+
+      clip = load_model("openai/clip-vit-base-patch32")
+      clip.image_shape                      # (3, 224, 224): embed_images takes (n, 3, 224, 224)
   """
   dtype = jnp.dtype(dtype)
   if dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16)):
@@ -100,6 +105,10 @@ def export_hf(model: DualEncoder, out_dir: str, *, overwrite: bool = False) -> s
   refused (FileExistsError) unless ``overwrite=True``, which replaces same-named files only.
   Files the export did not write are never removed; a failure leaves ``out_dir`` as it was
   (see ``checkpoint.write_checkpoint``).
+
+  Example::
+
+      export_hf(edited, "out/edited")   # transformers.AutoModel.from_pretrained("out/edited")
   """
   if model.family.export_writer is not None:
     return model.family.export_writer(model, out_dir, overwrite=overwrite)

@@ -257,6 +257,11 @@ def fit_adapter(target: DualEncoder, edit, probes: Mapping[str, Any] | None = No
   ``batch`` probes of every term per step. Returns the merged model (a plain model of the same
   architecture) or, if not ``merge``, the model with the adapter attached. ``keep`` (>= 0)
   weights the off-span penalty of the module docstring (0: METHOD's loss alone).
+
+  Example::
+
+      edited = fit_adapter(target, U_a - U_b, {"a": (ids_a, X_a), "b": (ids_b, X_b)},
+                           {"a": G_a, "b": G_b}, steps=300, lr=1e-2)   # X (n, 3, H, W), G (C, d)
   """
   terms = as_terms(edit, probes, G)
   recipe = Recipe(rank=rank, alpha=alpha, targets=targets, steps=steps, lr=lr, batch=batch,
@@ -267,10 +272,15 @@ def fit_adapter(target: DualEncoder, edit, probes: Mapping[str, Any] | None = No
 
 def reproduction_errors(model: DualEncoder, pre: DualEncoder, edit, probes=None,
                         G=None) -> np.ndarray:
-  """Per term, ``||(A_model - A_pre) @ H_C - s U||_F / ||s U||_F`` on all the grid's probes.
+  """Per term, ``||(A_model - A_pre) @ H_C - s U||_F / ||s U||_F`` on all the grid's probes
+  (affinities and ``U`` are ``(n, C)``).
 
   ``pre`` is the unedited target; 1.0 means nothing of the term is reproduced, 0 all of it.
   Returns (L,) float64 in the order of the terms.
+
+  Example::
+
+      reproduction_errors(edited, target, U, probes, G)   # (L,): 0 all reproduced, 1 none
   """
   terms = as_terms(edit, probes, G)
   errs = []

@@ -34,6 +34,10 @@ def random_utd(grid_or_shape: Grid | tuple[int, int], like_U, key: jax.Array) ->
     key: PRNG key.
   Returns:
     `(n, C)` array in `like_U`'s float dtype.
+
+  Example::
+
+      R = random_utd(grid, U, jax.random.key(0))   # (n, C), ||R||_F == ||U||_F
   """
   shape = grid_or_shape.shape if isinstance(grid_or_shape, Grid) else tuple(grid_or_shape)
   if len(shape) != 2 or shape[1] < 2:
@@ -49,7 +53,12 @@ def random_utd(grid_or_shape: Grid | tuple[int, int], like_U, key: jax.Array) ->
 
 
 def random_descriptor(descriptor: Descriptor, key: jax.Array) -> Descriptor:
-  """The random-UTD control of a descriptor: each term replaced by `random_utd` at its norm."""
+  """The random-UTD control of a descriptor: each term replaced by `random_utd` at its norm.
+
+  Example::
+
+      control = random_descriptor(U, jax.random.key(0))   # each term (n, C) at its norm
+  """
   keys = jax.random.split(key, len(descriptor))
   return Descriptor(
       Term(t.grid, random_utd(t.grid, t.U, k), (Provenance(f"random-utd({t.source_id})"),))
@@ -81,9 +90,15 @@ def affinity_spread(Z, G) -> float:
 
 
 def calibration_factor(Z_src, G_src, Z_tgt, G_tgt) -> float:
-  """``affinity_spread(target) / affinity_spread(source)`` on one grid: the scalar that carries a
+  """``affinity_spread(target) / affinity_spread(source)`` on one grid (``Z_src (n, d_s)``,
+  ``G_src (C, d_s)``, ``Z_tgt (n, d_t)``, ``G_tgt (C, d_t)``): the scalar that carries a
   source's descriptor into the target's cosine units (1 when source == target). Multiplying a
-  descriptor by it keeps Proposition 1 (the operator stays linear in ``U``)."""
+  descriptor by it keeps Proposition 1 (the operator stays linear in ``U``).
+
+  Example::
+
+      U_t = calibration_factor(Z_s, G_s, Z_t, G_t) * U_s   # in the target's cosine units
+  """
   src = affinity_spread(Z_src, G_src)
   if src < 1e-12:
     raise ValueError("the source's affinities on this grid are all equal (spread 0)")
@@ -111,6 +126,11 @@ def corollary1(Zhat_test, labels, G, Ws: Sequence, alphas: Sequence[float]) -> l
     (the sum's prediction differs from the single-term model's), `bound` `P[0 < m <= eps]`,
     `observed` (single-term accuracy minus the sum's accuracy), `single_accuracy`,
     `sum_accuracy`. The corollary says `observed <= bound`; this function does not enforce it.
+
+  Example::
+
+      rows = corollary1(Z_test, labels, G, [W_a, W_b], [0.5, 0.5])
+      [r["observed"] <= r["bound"] for r in rows]
   """
   check_finite("Zhat_test", Zhat_test)
   check_finite("G", G)
@@ -174,7 +194,12 @@ def cosine(a, b) -> float:
 
 def agreement(U_src, U_own, W_src=None, W_own=None, Sf_src=None, Sf_own=None) -> dict:
   """Cosines between a source's and the target's own descriptor `(n, C)`, operator `(d, d)`
-  and shift field `(n, d)` on one grid. Omitted pairs are omitted from the result."""
+  and shift field `(n, d)` on one grid. Omitted pairs are omitted from the result.
+
+  Example::
+
+      agreement(U_src, U_own, W_src, W_own)   # {"descriptor": cos, "operator": cos}
+  """
   out = {"descriptor": cosine(U_src, U_own)}
   if (W_src is None) != (W_own is None) or (Sf_src is None) != (Sf_own is None):
     raise ValueError("agreement needs both the source's and the own array of each pair")
@@ -189,6 +214,10 @@ def gain_forfeited(gain_src, gain_own, min_gain: float = 3.0):
   """`1 - gain_src / gain_own` (gains in accuracy points); NaN where `gain_own < min_gain`.
 
   Scalars give a float, arrays an array of the broadcast shape.
+
+  Example::
+
+      gain_forfeited(4.0, 10.0)                 # 0.6
   """
   gs = np.asarray(gain_src, np.float64)
   go = np.asarray(gain_own, np.float64)
@@ -273,6 +302,11 @@ def shared_residual(Us) -> dict:
   Returns:
     dict with `shared (n, C)` (the mean), `residuals (K, n, C)` (`U_k - shared`),
     `residual_norms (K,)`, `shared_norm` (float), `norms (K,)` (each `||U_k||_F`).
+
+  Example::
+
+      parts = shared_residual([U_1, U_2, U_3])   # each (n, C)
+      parts["shared_norm"], parts["residual_norms"]
   """
   U, _ = _stack_terms(list(Us) if not hasattr(Us, "ndim") else Us)
   shared = jnp.mean(U, axis=0)
@@ -296,6 +330,10 @@ def consensus(descriptors: Sequence[Descriptor]) -> Descriptor:
 
   All descriptors must hold exactly the same grids. Provenance is one entry
   `consensus(src1,src2,...)`.
+
+  Example::
+
+      U = consensus([U_clip, U_eva])            # the mean, (n, C) per grid
   """
   descriptors = list(descriptors)
   if not descriptors or not all(isinstance(d, Descriptor) for d in descriptors):
@@ -330,6 +368,10 @@ def linearity_check(Z, G, Us: Sequence, coefs: Sequence[float] = (1.0, -1.5, 1.0
   Returns:
     dict with `cosine` and `rel_diff` (`||op(comb) - comb(op)||_F / ||comb(op)||_F`) and
     `dtype`.
+
+  Example::
+
+      linearity_check(Z, G, [U1, U2, U3], (1.0, -1.5, 1.0), rank=8, ridge=1e-2)
   """
   if len(Us) != len(coefs) or not Us:
     raise ValueError(f"need one coefficient per descriptor, got {len(Us)} and {len(coefs)}")

@@ -114,6 +114,12 @@ class OperatorBank:
 
   Opening one removes the stale temporaries of interrupted writes (``clean_stale``; their
   names in ``cleaned``).
+
+  Example::
+
+      bank = OperatorBank("bank/")
+      bank.put(op)                                        # stored under op.key
+      W = bank.compose({"eurosat": 0.5, "dtd": 0.5}, target=model.target_id)   # (d, d)
   """
 
   def __init__(self, directory: str | os.PathLike):

@@ -50,6 +50,10 @@ def weight_space_arithmetic(pre: DualEncoder, finetuned: Sequence[Any],
   fine-tune's merged delta ``scale * A @ B`` per adapted layer.
   Raises ValueError when a fine-tune has another architecture (parameter names or shapes) or
   was fine-tuned from other weights than ``pre`` (base fingerprint), or carries no adapter.
+
+  Example::
+
+      merged = weight_space_arithmetic(pre, [(ft_a, 0.5), (ft_b, 0.5), (ft_c, -1.0)])
   """
   train.check_no_adapter(pre, "weight_space_arithmetic (pre)")
   pairs = [f if isinstance(f, tuple) else (f, lam) for f in finetuned]

@@ -66,6 +66,10 @@ def affinity(Zhat: jax.Array, Ghat: jax.Array) -> jax.Array:
   """Cosine affinity `A = Zhat @ Ghat.T`: `Zhat (n, d)`, `Ghat (C, d)` -> `(n, C)`.
 
   Inputs are expected L2-normalised (no logit scale is applied).
+
+  Example::
+
+      A = affinity(l2_normalize(Z), l2_normalize(G))   # (n, C) cosines
   """
   return jnp.matmul(Zhat, Ghat.T, precision=jax.lax.Precision.HIGHEST)
 
@@ -102,7 +106,12 @@ def check_labels(labels, n: int, C: int) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class Provenance:
-  """Where (part of) a term came from: `coef * descriptor(source, finetune)`."""
+  """Where (part of) a term came from: `coef * descriptor(source, finetune)`.
+
+  Example::
+
+      Provenance(source="clip-l", finetune="clip-l/eurosat/lora4", coef=0.5)
+  """
 
   source: str
   finetune: str = ""
@@ -187,11 +196,17 @@ class Term:
 
 
 class Descriptor:
-  """A formal signed sum of per-grid terms `sum_l s_l U_l`.
+  """A formal signed sum of per-grid terms `sum_l s_l U_l`, each `U_l (n_l, C_l)` on its grid.
 
   Terms are keyed by grid version; at most one grid per task name. Supports `+`, `-`, unary
   `-`, scalar `*` (both sides) and `/ scalar`. Adding a term whose grid has the same task name
   but a different version raises ValueError ("grid version mismatch for task ...").
+
+  Example::
+
+      U = Descriptor.from_embeddings(grid, Z_pre, Z_ft, G, provenance="clip-l")   # (n, C)
+      edit = U_a + U_b - U_c        # terms on different grids stay separate terms
+      U["eurosat"]                  # one task's (n, C) matrix
   """
 
   __slots__ = ("_terms",)

@@ -63,6 +63,11 @@ class Grid:
     templates: prompt templates used to build the class embeddings `Ghat (C, d)`, each with
       exactly one `{}` (`check_templates`).
     version: hex sha256 of the canonical JSON of the four fields above (computed).
+
+  Example::
+
+      grid = Grid(task="dtd", probe_ids=(4, 9, 17), class_names=names, templates=("{}",))
+      grid.shape, grid.short_version        # (3, C), a content hash
   """
 
   task: str
@@ -158,6 +163,13 @@ class Grid:
 
 def make_grid(task: str, probe_ids: Sequence[int | str], class_names: Sequence[str],
               templates: Sequence[str]) -> Grid:
-  """Convenience constructor accepting any sequences."""
+  """A `Grid` from any sequences: `n` probe ids x `C` class names (every descriptor on it is
+  `(n, C)`) and the prompt templates.
+
+  Example::
+
+      grid = make_grid("eurosat", probe_ids, classnames, ["a photo of a {}."])
+      grid.shape                    # (n, C)
+  """
   return Grid(task=task, probe_ids=tuple(probe_ids), class_names=tuple(class_names),
               templates=tuple(templates))

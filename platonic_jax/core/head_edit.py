@@ -84,6 +84,10 @@ def head_features(model, *image_inputs, batch_size: int = 64):
     `a (n, d)` the pooled attention output (the MLP's residual input), `Hh (n, m)` the
     row-scaled hidden features `act(fc1(LN(a))) / ||z||`, and `z (n, d)` the unnormalised
     image embedding `a + fc2(act(fc1(LN(a))))`; float32.
+
+  Example::
+
+      a, Hh, z = head_features(siglip, X)   # X (n, 3, H, W) -> (n, d), (n, m), (n, d)
   """
   module, edit_point = _module_and_family(model)
   if not image_inputs:
@@ -147,6 +151,11 @@ def solve_head_edit(Hh, Sf, ridge: float) -> jax.Array:
     `dK (m, d)` (or `(S, m, d)`), folded as `fc2.kernel += alpha dK`; primal normal equations
     when `n >= m`, the dual form `Hh^T (Hh Hh^T + lam' I)^-1 Sf` when `n < m`. float32, or
     float64 when x64 is enabled and an input is float64.
+
+  Example::
+
+      P, S, Q = landmarks(G, 4)
+      dK = solve_head_edit(Hh, shift_field(U, P, S, Q), ridge=1e-2)   # (m, d)
   """
   check_finite("Hh", Hh)
   check_finite("Sf", Sf)
@@ -212,6 +221,10 @@ def fold_head_edit(model, terms: Sequence[tuple[Any, float]], *,
     A new `DualEncoder` (the input is not modified) whose image embedding is
     `z' = z + h (sum_l s_l dK_l)`, `h = act(fc1(LN(a)))`; the sum is formed in float64 and
     added to the kernel before one rounding to its dtype.
+
+  Example::
+
+      edited = fold_head_edit(siglip, [(dK_a, 0.5), (dK_b, -1.0)])
   """
   family = getattr(model, "family", None)
   if family is None or not hasattr(model, "clone"):

@@ -36,6 +36,11 @@ class Operator:
     provenance: the source descriptor's full provenance.
     rank, ridge: the solve's rank cap and dimensionless ridge.
     selection: the label-free selection table that chose (rank, ridge), or None.
+
+  Example::
+
+      op = Operator.solve(Z, G, descriptor, target_id=model.target_id)   # W (d, d), selected
+      op.key                                # (target_id, task, source): its bank key
   """
 
   W: jax.Array
@@ -152,6 +157,10 @@ def compose_operators(terms: Terms, *, target_id: str | None = None) -> jax.Arra
   """`sum_l s_l W_l`, `(d, d)`. `terms` is `[(Operator or W (d, d), strength), ...]`.
 
   If `target_id` is given, every `Operator` term must have been solved for it.
+
+  Example::
+
+      M = compose_operators([(op_a, 0.5), (op_b, 0.5)])   # (d, d)
   """
   Ws, ss = _terms(terms, target_id=target_id)
   dt = float_dtype(*Ws)
@@ -165,7 +174,12 @@ def edit_matrix(terms: Terms, *, target_id: str | None = None) -> jax.Array:
 
 
 def apply_operators(Z, terms: Terms, *, target_id: str | None = None) -> jax.Array:
-  """Embedding-space route: `Z (n, d) -> Z (I + sum_l s_l W_l)`, `(n, d)` (not renormalised)."""
+  """Embedding-space route: `Z (n, d) -> Z (I + sum_l s_l W_l)`, `(n, d)` (not renormalised).
+
+  Example::
+
+      Z2 = apply_operators(Z, [(op_a, 0.5), (op_b, -1.0)])   # Z (n, d) -> (n, d)
+  """
   check_finite("Z", Z)
   Z = jnp.asarray(Z)
   M = edit_matrix(terms, target_id=target_id)

@@ -69,6 +69,11 @@ class Selection:
       first cell in the table's order: on ascending grids the smaller rank, then the smaller
       ridge); under "1se" see `choose`.
     rule: the rule that chose it (`RULES`).
+
+  Example::
+
+      sel = select_rank_ridge(Z, G, U)
+      sel.errors.shape, sel.rank, sel.ridge    # (R, L) held-out errors, the chosen pair
   """
 
   ranks: tuple[int, ...]
@@ -208,6 +213,11 @@ def select_rank_ridge(Z, G, U, *, ranks: Sequence[int] | None = None,
   Returns:
     A `Selection` (or a list of `S` of them) holding the `(R, L)` mean error table, the
     `(K, R, L)` per-fold table and the chosen pair.
+
+  Example::
+
+      sel = select_rank_ridge(Z, G, U)      # Z (n, d), G (C, d), U (n, C); no label read
+      print(sel.format())                   # the (rank, ridge) error table, chosen pair starred
   """
   check_rule(rule)
   batched = np.ndim(U) == 3

@@ -292,6 +292,10 @@ def solve_operator(Z, G, U, *, rank: int, ridge: float, method: str = "eigh") ->
     method: factorisation, "eigh" (default) or "svd" (see `solve_basis`).
   Returns:
     `W (d, d)` with `rank(W) <= rank`, applied as `z (I + alpha W)`.
+
+  Example::
+
+      W = solve_operator(Z, G, U, rank=4, ridge=1e-2)   # Z (n, d), G (C, d), U (n, C) -> (d, d)
   """
   Z, G, U = _check_inputs(Z, G, U, same_dim=True, U_batched=False)
   rank = _check_rank(rank, G.shape[0], G.shape[1])
@@ -310,6 +314,10 @@ def solve_head_delta(H, G, U, *, rank: int, ridge: float, method: str = "eigh") 
     U: `(n, C)` descriptor.
   Returns:
     `dK (m, d)`, folded as `fc2.kernel += alpha * dK`.
+
+  Example::
+
+      dK = solve_head_delta(Hh, G, U, rank=4, ridge=1e-2)   # Hh (n, m) -> dK (m, d)
   """
   H, G, U = _check_inputs(H, G, U, same_dim=False, U_batched=False)
   rank = _check_rank(rank, G.shape[0], G.shape[1])

@@ -354,6 +354,10 @@ def finetune_source(model: DualEncoder, images, labels, G, *, rank: int = 4,
   Returns the fine-tuned model: adapter kept unmerged (for ``save_adapter``, task vectors and
   weight-space arithmetic) unless ``merge``. pad_classes: pad the head to this many classes
   (identical training; fine-tunes on tasks of different sizes share one compiled step).
+
+  Example::
+
+      ft = finetune_source(model, X, y, G, steps=800, lr=2e-2)   # X (N, 3, H, W), y (N,)
   """
   recipe = Recipe(rank=rank, alpha=alpha, targets=targets, steps=steps, lr=lr, batch=batch,
                   warmup=warmup, weight_decay=weight_decay, seed=seed)
@@ -397,6 +401,10 @@ def save_adapter(path: str | os.PathLike, model: DualEncoder, *, overwrite: bool
   existing one is swapped out only once the new one is complete), so a failed save leaves
   nothing and never a half-written ``path``. Raises ValueError when the model has no
   adapter, FileExistsError when ``path`` exists and not ``overwrite``.
+
+  Example::
+
+      save_adapter("adapters/eurosat", finetune_source(model, X, y, G))   # a (in, r), b (r, out)
   """
   import orbax.checkpoint as ocp
   path = os.path.abspath(os.fspath(path))
@@ -432,6 +440,10 @@ def load_adapter(path: str | os.PathLike, model: DualEncoder) -> DualEncoder:
 
   Raises ValueError if ``model`` already carries an adapter, or is not the base model the
   adapter was trained on (fingerprint mismatch), or the checkpoint is not an adapter.
+
+  Example::
+
+      ft = load_adapter("adapters/eurosat", model)   # model + the (in, r) (r, out) pairs
   """
   import orbax.checkpoint as ocp
   path = os.path.abspath(os.fspath(path))

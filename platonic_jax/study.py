@@ -576,7 +576,7 @@ def _real_data(config, task_names: Sequence[str], log) -> tuple[dict, dict]:
   are left out of the split (logged, and listed by ``Study.skipped``); without it a corrupt
   example is an error naming its file.
   """
-  from platonic_jax.api import load_model
+  from platonic_jax.convert.hf import load_model
   from platonic_jax.data import loaders, registry
   data = config.data
   models = {}

@@ -22,7 +22,7 @@ from experiments.configs import toy_world
 from platonic_jax.convert import hf as hf_convert
 from platonic_jax.core import head_edit
 from platonic_jax.data.toyworld import captions, tasks as toy_tasks, world as toy_world_lib
-from platonic_jax.models.registry import family_for_config
+from platonic_jax.convert.registry import family_for_config
 
 # The acceptance list of the issue, and the rest of the surface by group.
 REQUIRED = ("fold", "solve_operator", "apply_operators", "fit_adapter", "Descriptor", "Operator",

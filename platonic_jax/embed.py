@@ -283,7 +283,9 @@ def format_prompt(template, classname: str) -> str:
 def class_embeddings(model: DualEncoder, classnames: Sequence[str], templates: Sequence,
                      **kw) -> np.ndarray:
   """The zero-shot head ``Ghat (C, d)``: per class, the mean of the normalised template
-  embeddings, renormalised. Templates are ``str.format`` patterns with one ``{}`` or callables.
+  embeddings, renormalised. Templates are ``str.format`` patterns with exactly one ``{}`` (a
+  template without one, or with several, is a ValueError naming it:
+  ``platonic_jax.core.grid.check_templates``) or callables ``classname -> prompt``.
   """
   return class_embeddings_many(model, [(classnames, templates)], **kw)[0]
 
@@ -291,14 +293,18 @@ def class_embeddings(model: DualEncoder, classnames: Sequence[str], templates: S
 def class_embeddings_many(model: DualEncoder, heads: Sequence[tuple[Sequence[str], Sequence]],
                           **kw) -> list[np.ndarray]:
   """``class_embeddings`` for several (classnames, templates) heads in one embedding run:
-  returns one ``(C_i, d)`` array per head."""
+  returns one ``(C_i, d)`` array per head. Every head's templates are checked before anything
+  is embedded (ValueError naming the template, and the head when there are several)."""
+  from platonic_jax.core.grid import check_templates
+  heads = list(heads)
   texts, shapes = [], []
-  for classnames, templates in heads:
+  for i, (classnames, templates) in enumerate(heads):
     classnames, templates = list(classnames), list(templates)
     if not classnames:
       raise ValueError("classnames is empty")
     if not templates:
       raise ValueError("templates is empty")
+    check_templates(templates, f"head {i}" if len(heads) > 1 else "")
     texts += [format_prompt(t, c) for c in classnames for t in templates]
     shapes.append((len(classnames), len(templates)))
   z = embed_texts(model, texts, **kw)

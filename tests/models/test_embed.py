@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -134,3 +135,30 @@ def test_bfloat16_option_close(ckpt):
   assert z16.dtype == np.float32
   cos = np.sum(z32 * z16, axis=1)
   assert np.all(cos > 0.99), cos
+
+
+@pytest.mark.parametrize("bad,fields", [("a photo", 0), ("a {} next to a {}", 2),
+                                        ("{0} photo", 1)])
+def test_class_embeddings_name_a_template_without_exactly_one_field(ckpt, monkeypatch, bad,
+                                                                    fields):
+  """A template without ``{}`` (every class would get one prompt) or with several is a
+  ValueError naming it, raised before any text is embedded; callables pass through."""
+  model = pj.load_model(ckpt)
+  seen = []
+
+  def fake_embed_texts(model, texts, **kw):
+    seen.append(list(texts))
+    return np.ones((len(texts), 4), np.float32)
+  monkeypatch.setattr(embed_lib, "embed_texts", fake_embed_texts)
+  name = re.escape(repr(bad))
+  msg = rf"template {name} must contain exactly one '\{{\}}'.*found {fields} replacement field"
+  with pytest.raises(ValueError, match=msg):
+    pj.class_embeddings(model, ["cat", "dog"], ["a {}", bad])
+  with pytest.raises(ValueError, match=rf"head 1: template {name} must contain exactly one"):
+    embed_lib.class_embeddings_many(model, [(["cat", "dog"], ["a {}"]),
+                                            (["red", "blue"], [lambda c: c, bad])])
+  assert seen == []  # nothing was embedded
+  G = embed_lib.class_embeddings_many(model, [(["cat", "dog"], ["a {}", lambda c: c + "!"]),
+                                              (["red"], ["{{{}}}"])])
+  assert seen == [["a cat", "cat!", "a dog", "dog!", "{red}"]]
+  assert [g.shape for g in G] == [(2, 4), (1, 4)]

@@ -41,6 +41,7 @@ from platonic_jax.core.grid import make_grid
 from platonic_jax.core.operator import Operator
 from platonic_jax.core.select import check_rule, select_rank_ridge
 from platonic_jax.eval.zeroshot import closed_form_accs, test_accuracy  # noqa: F401
+from platonic_jax.models.preprocess import NaflexInputs
 
 METHODS = ("closed_form", "consensus", "adapter", "oracle", "random_utd", "weight_space")
 
@@ -60,15 +61,20 @@ def task_grid(task):
 BATCH = 512
 
 
-def embed_unique(model, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-  """Normalised embeddings of each image array (n_i, 3, H, W); arrays shared between tasks
-  (the same object) are embedded once, and all distinct ones in a single run."""
+def embed_unique(model, arrays: Sequence[Any]) -> list[np.ndarray]:
+  """Normalised embeddings of each image array (n_i, 3, H, W) (or ``NaflexInputs`` of n_i
+  images, for a SigLIP2 NaFlex model); arrays shared between tasks (the same object) are
+  embedded once, and all distinct ones in a single run."""
   distinct = {}
   for a in arrays:
     distinct.setdefault(id(a), a)
   keys = list(distinct)
-  Z = embed_lib.embed_images(model, np.concatenate([distinct[k] for k in keys]), batch_size=BATCH,
-                             progress=False)
+  parts = [distinct[k] for k in keys]
+  if any(isinstance(p, NaflexInputs) for p in parts):
+    joined = NaflexInputs.concatenate(parts)  # TypeError naming a part that is not
+  else:
+    joined = np.concatenate(parts)
+  Z = embed_lib.embed_images(model, joined, batch_size=BATCH, progress=False)
   out, start = {}, 0
   for k in keys:
     out[k] = Z[start:start + len(distinct[k])]

@@ -40,6 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from platonic_jax import progress
+from platonic_jax.models.preprocess import NaflexInputs
 from platonic_jax.sweep import EmbeddingCache, content_hash, plain
 
 _SOURCE_VERSION = "source/1"
@@ -51,9 +52,10 @@ class TaskData:
   """A classification task as a study reads it (the toy world's ``Task`` has the same fields).
 
   train / test: (images, labels (n,) int32). images: float32 ``(n, 3, H, W)`` preprocessed
-  arrays shared by every model, a ``platonic_jax.data.loaders.Split`` (read lazily, each
-  model's own preprocessor applied), or a list of PIL images. probes: the probe images
-  (``train`` rows ``probe_ids``), of the same kind.
+  arrays shared by every model, ``NaflexInputs`` preprocessed for SigLIP2 NaFlex models, a
+  ``platonic_jax.data.loaders.Split`` (read lazily, each model's own preprocessor applied), or
+  a list of PIL images. probes: the probe images (``train`` rows ``probe_ids``), of the same
+  kind.
   """
   name: str
   classnames: tuple[str, ...]
@@ -104,6 +106,9 @@ def head_bucket(num_classes: int) -> int:
 
 
 def _is_pixels(images) -> bool:
+  """Preprocessed model inputs: float pixels (n, 3, H, W), or NaFlex inputs."""
+  if isinstance(images, NaflexInputs):
+    return True
   return isinstance(images, np.ndarray) and images.ndim == 4 and np.issubdtype(images.dtype,
                                                                                 np.floating)
 
@@ -202,12 +207,16 @@ class Study:
     self.tasks[task.name] = task
 
   def array_hash(self, images) -> str:
-    """Content hash of an image array or list (memoised per object)."""
+    """Content hash of an image array, ``NaflexInputs`` (its three arrays), loader split or list
+    (memoised per object)."""
     hit = self._hashes.get(id(images))
     if hit is not None and hit[0] is images:
       return hit[1]
     if isinstance(images, np.ndarray):
       h = content_hash(images)
+    elif isinstance(images, NaflexInputs):
+      h = content_hash("naflex/1", *(np.asarray(getattr(images, f.name))
+                                     for f in dataclasses.fields(NaflexInputs)))
     elif _is_split(images):
       h = content_hash(*split_content(images))
     else:
@@ -225,9 +234,11 @@ class Study:
 
   # -- pixels and embeddings -----------------------------------------------------------------
 
-  def pixels(self, m: str, images) -> np.ndarray:
-    """``(n, 3, H, W)`` float32 inputs of model ``m`` (arrays pass through; raw images go
-    through the model's preprocessor once per model and object)."""
+  def pixels(self, m: str, images):
+    """The preprocessed inputs of model ``m``: ``(n, 3, H, W)`` float32, or ``NaflexInputs``
+    for a SigLIP2 NaFlex model (what its preprocessor returns). Preprocessed inputs pass
+    through; raw images (a loader split, a list) go through the model's preprocessor once per
+    model and object."""
     if _is_pixels(images):
       return images
     model = self.model(m)
@@ -242,9 +253,11 @@ class Study:
         if len(arrays.labels) != len(images):
           raise ValueError(f"{images.task.name}/{images.split}: {len(images) - len(arrays.labels)}"
                            " examples could not be decoded; a study needs every example")
-        x = np.asarray(arrays.inputs, np.float32)
+        x = arrays.inputs
       else:
-        x = np.asarray(model.preprocessor(list(images)), np.float32)
+        x = model.preprocessor(list(images))
+      if not isinstance(x, NaflexInputs):
+        x = np.asarray(x, np.float32)
       hit = (images, x)
       self._pixels[key] = hit
     return hit[1]
@@ -506,7 +519,8 @@ class Study:
             for t, Z in zip(tasks, Zs)}
 
   def adapter_inputs(self, target: str, tasks: Sequence[str]):
-    """(probes {task: (probe_ids, pixels)}, G {task: (C, d)}) for ``fit_adapter``."""
+    """(probes {task: (probe_ids, inputs)}, G {task: (C, d)}) for ``fit_adapter`` (inputs as
+    ``pixels`` gives them: an array or ``NaflexInputs``)."""
     probes = {t: (self.task(t).probe_ids, self.pixels(target, self.task(t).probes))
               for t in tasks}
     return probes, {t: self.emb(target, t).G for t in tasks}

@@ -146,3 +146,28 @@ def run_jit(module, fn, *args):
   from flax import nnx
   graphdef, state = nnx.split(module)
   return jax.jit(lambda s, *a: fn(nnx.merge(graphdef, s), *a))(state, *args)
+
+
+def naflex_processor_config(name: str, max_num_patches: int) -> dict:
+  """A ``preprocessor_config.json`` as google/siglip2-*-naflex ship it (no "size": the size is
+  found per image; do_convert_rgb null), with the tiny model's patch size."""
+  return {"do_convert_rgb": None, "do_normalize": True, "do_rescale": True, "do_resize": True,
+          "image_mean": [0.5, 0.5, 0.5], "image_processor_type": "Siglip2ImageProcessor",
+          "image_std": [0.5, 0.5, 0.5], "max_num_patches": max_num_patches,
+          "patch_size": TINY_SIGLIP2S[name]["vision"]["patch_size"],
+          "processor_class": "Siglip2Processor", "resample": 2,
+          "rescale_factor": 0.00392156862745098}
+
+
+def save_naflex_checkpoint(directory, name: str = "naflex4_tanh", max_num_patches: int = 20,
+                           seed: int = 0):
+  """Saves a random transformers Siglip2Model of ``TINY_SIGLIP2S[name]`` with a real-style
+  Siglip2ImageProcessor config (``naflex_processor_config``) to ``directory`` (no tokenizer);
+  returns the reference model."""
+  import json
+  import os
+  ref = hf_siglip2(name, seed)
+  ref.save_pretrained(str(directory))
+  with open(os.path.join(str(directory), "preprocessor_config.json"), "w") as f:
+    json.dump(naflex_processor_config(name, max_num_patches), f, indent=2)
+  return ref

@@ -41,6 +41,7 @@ import numpy as np
 from platonic_jax.core import train
 from platonic_jax.core.train import Recipe
 from platonic_jax.models.dual_encoder import DualEncoder
+from platonic_jax.models.preprocess import NaflexInputs
 
 
 def center_rows(U: jax.Array) -> jax.Array:
@@ -58,7 +59,8 @@ def residual_loss(A: jax.Array, A_pre: jax.Array, target: jax.Array,
 class AdapterTerm:
   """One term ``s * U`` of an edit, with the data to fit it on.
 
-  probes: (n, 3, H, W) the grid's probe images, preprocessed for the target, row order of U.
+  probes: (n, 3, H, W) the grid's probe images, preprocessed for the target, row order of U
+    (for a SigLIP2 NaFlex target also ``NaflexInputs`` of the n probes).
   G: (C, d) the target's class embeddings for the grid's prompts, column order of U.
   U: (n, C) the descriptor matrix. coef: the sign/strength ``s``. name: for messages.
   """
@@ -70,13 +72,14 @@ class AdapterTerm:
 
   def __post_init__(self):
     U = np.asarray(self.U, np.float32)
-    probes = np.asarray(self.probes)
+    probes = self.probes if isinstance(self.probes, NaflexInputs) else np.asarray(self.probes)
     G = np.asarray(self.G)
     if U.ndim != 2:
       raise ValueError(f"term {self.name!r}: U must be (n, C), got shape {U.shape}")
-    if probes.ndim != 4 or probes.shape[0] != U.shape[0]:
+    if not train.is_image_batch(probes) or train.num_rows(probes) != U.shape[0]:
       raise ValueError(f"term {self.name!r}: the grid has n={U.shape[0]} probes (rows of U) but "
-                       f"probes has shape {probes.shape}; give the grid's own probe images")
+                       f"probes has {train.describe_images(probes)}; give the grid's own probe "
+                       "images")
     if G.ndim != 2 or G.shape[0] != U.shape[1]:
       raise ValueError(f"term {self.name!r}: the grid has C={U.shape[1]} classes (columns of U) "
                        f"but G has shape {G.shape}")
@@ -96,7 +99,7 @@ class AdapterTerm:
     return tuple(self.U.shape)
 
 
-def _probe_pair(task: str, value) -> tuple[tuple, np.ndarray]:
+def _probe_pair(task: str, value) -> tuple[tuple, Any]:
   if isinstance(value, Mapping):
     ids, images = value.get("ids"), value.get("images")
   elif isinstance(value, (tuple, list)) and len(value) == 2:
@@ -105,16 +108,19 @@ def _probe_pair(task: str, value) -> tuple[tuple, np.ndarray]:
     ids = getattr(value, "ids", getattr(value, "probe_ids", None))
     images = getattr(value, "images", None)
   if ids is None or images is None:
-    raise ValueError(f"probes for task {task!r} must be (probe_ids, images (n, 3, H, W)); the "
-                     "ids are checked against the descriptor's grid")
-  return tuple(np.asarray(ids).tolist()), np.asarray(images)
+    raise ValueError(f"probes for task {task!r} must be (probe_ids, images (n, 3, H, W) or "
+                     "NaflexInputs); the ids are checked against the descriptor's grid")
+  if not isinstance(images, NaflexInputs):
+    images = np.asarray(images)
+  return tuple(np.asarray(ids).tolist()), images
 
 
 def terms_from_descriptor(descriptor, probes: Mapping[str, Any],
                           G: Mapping[str, Any]) -> list[AdapterTerm]:
   """One ``AdapterTerm`` per descriptor term (``descriptor.terms``: ``.grid``, ``.U``).
 
-  probes: task name -> (probe_ids, images (n, 3, H, W)); G: task name -> (C, d).
+  probes: task name -> (probe_ids, images (n, 3, H, W) or ``NaflexInputs`` of n images);
+  G: task name -> (C, d).
   Raises ValueError if a task's probes are missing, their count differs from the grid's ``n``,
   or their ids are not the grid's ``probe_ids`` in order; or G's rows differ from the grid's C.
   """
@@ -128,10 +134,10 @@ def terms_from_descriptor(descriptor, probes: Mapping[str, Any],
     if task not in G:
       raise ValueError(f"no class embeddings G given for task {task!r}")
     ids, images = _probe_pair(task, probes[task])
-    if images.ndim != 4 or images.shape[0] != grid.n or len(ids) != grid.n:
+    if not train.is_image_batch(images) or train.num_rows(images) != grid.n or len(ids) != grid.n:
       raise ValueError(f"probes for task {task!r} do not match the descriptor's grid "
                        f"{grid.short_version}: grid has n={grid.n} probes, got {len(ids)} ids and "
-                       f"images of shape {images.shape}")
+                       f"images of {train.describe_images(images)}")
     if ids != tuple(grid.probe_ids):
       first = next(i for i, (a, b) in enumerate(zip(ids, grid.probe_ids)) if a != b)
       raise ValueError(f"probe ids for task {task!r} do not match the descriptor's grid "
@@ -182,15 +188,16 @@ def adapter_loss(module, consts, batch):
   """METHOD's loss over one mini-batch per term; aux: per-term relative squared errors.
 
   consts["terms"][l]: G (C, d), n, norm2 (and with ``keep``: perp (d, d), keep ());
-  batch[l]: x (b, 3, H, W), A_pre (b, C), T (b, C) (and with ``keep``: z_pre (b, d),
-  inv_norm (b,)). All terms' probes go through the tower in one forward pass. The aux errors
-  are the descriptor residuals only (the ``keep`` penalty enters the loss, not them).
+  batch[l]: x (b, 3, H, W) or ``NaflexInputs`` of b probes, A_pre (b, C), T (b, C) (and with
+  ``keep``: z_pre (b, d), inv_norm (b,)). All terms' probes go through the tower in one forward
+  pass. The aux errors are the descriptor residuals only (the ``keep`` penalty enters the loss,
+  not them).
   """
-  raw = module.encode_image(jnp.concatenate([b["x"] for b in batch]))
+  raw = train.encode_images(module, train.concat_images([b["x"] for b in batch]))
   Z = train.normalize_rows(raw)
   total, errs, off = 0.0, [], 0
   for c, b in zip(consts["terms"], batch):
-    k = b["x"].shape[0]
+    k = train.num_rows(b["x"])
     rows = slice(off, off + k)
     off += k
     scale = c["n"] / (k * c["norm2"])
@@ -232,6 +239,7 @@ def adapter_data(target: DualEncoder, terms: Sequence[AdapterTerm],
       item.update(z_pre=z_pre, inv_norm=1.0 / np.linalg.norm(z_pre, axis=1))
     consts.append(c)
     items.append(item)
+  train.check_same_inputs([it["x"] for it in items], [f"probes of term {t.name!r}" for t in terms])
   return {"terms": consts}, items
 
 
@@ -252,9 +260,9 @@ def fit_adapter(target: DualEncoder, edit, probes: Mapping[str, Any] | None = No
                 merge: bool = True) -> DualEncoder:
   """Realization 2: the target with a LoRA fitted to reproduce ``edit``; ``target`` unchanged.
 
-  edit: a ``Descriptor`` (then ``probes = {task: (probe_ids, images (n, 3, H, W))}`` and
-  ``G = {task: (C, d)}``, checked against each term's grid) or a sequence of ``AdapterTerm``.
-  ``batch`` probes of every term per step. Returns the merged model (a plain model of the same
+  edit: a ``Descriptor`` (then ``probes = {task: (probe_ids, images (n, 3, H, W) or
+  NaflexInputs)}`` and ``G = {task: (C, d)}``, checked against each term's grid) or a sequence
+  of ``AdapterTerm``. ``batch`` probes of every term per step. Returns the merged model (a plain model of the same
   architecture) or, if not ``merge``, the model with the adapter attached. ``keep`` (>= 0)
   weights the off-span penalty of the module docstring (0: METHOD's loss alone).
 

@@ -28,6 +28,7 @@ from flax import nnx
 from platonic_jax.core import adapter, lora, train
 from platonic_jax.core.train import Recipe
 from platonic_jax.models.dual_encoder import DualEncoder
+from platonic_jax.models.preprocess import NaflexInputs
 
 
 # ----------------------------------------------------------------------------------------------
@@ -96,7 +97,8 @@ def weight_space_arithmetic(pre: DualEncoder, finetuned: Sequence[Any],
 class DistillTerm:
   """A grid with the source's fine-tuned affinities to distil.
 
-  probes: (n, 3, H, W) preprocessed for the target; G: (C, d) the target's class embeddings;
+  probes: (n, 3, H, W) preprocessed for the target (or ``NaflexInputs`` of n images for a
+  SigLIP2 NaFlex target); G: (C, d) the target's class embeddings;
   A_ft: (n, C) the fine-tuned source's affinities on the same grid (its own G); name.
   """
   probes: Any
@@ -106,10 +108,13 @@ class DistillTerm:
 
   def __post_init__(self):
     A = np.asarray(self.A_ft, np.float32)
-    probes, G = np.asarray(self.probes), np.asarray(self.G)
-    if A.ndim != 2 or probes.ndim != 4 or probes.shape[0] != A.shape[0]:
+    probes = self.probes if isinstance(self.probes, NaflexInputs) else np.asarray(self.probes)
+    G = np.asarray(self.G)
+    if (A.ndim != 2 or not train.is_image_batch(probes)
+        or train.num_rows(probes) != A.shape[0]):
       raise ValueError(f"term {self.name!r}: A_ft (n, C) has shape {A.shape}, probes "
-                       f"{probes.shape}: the row counts must match (the same grid)")
+                       f"{train.describe_images(probes)}: the row counts must match (the same "
+                       "grid)")
     if G.ndim != 2 or G.shape[0] != A.shape[1]:
       raise ValueError(f"term {self.name!r}: A_ft has C={A.shape[1]} classes, G has shape "
                        f"{G.shape}")
@@ -148,6 +153,7 @@ def _distill_data(target: DualEncoder, terms: Sequence[DistillTerm],
     consts.append({"G": G, "n": np.float32(t.A_ft.shape[0]),
                    "norm2": np.float32(np.sum(Tc.astype(np.float64) ** 2))})
     items.append({"x": x, "A_pre": np.zeros_like(t.A_ft), "T": Tc})
+  train.check_same_inputs([it["x"] for it in items], [f"probes of term {t.name!r}" for t in terms])
   return {"terms": consts}, items
 
 
@@ -159,10 +165,11 @@ def posterior_kl(teacher_logits: jax.Array, student_logits: jax.Array) -> jax.Ar
 
 
 def _posterior_distill_loss(module, consts, batch):
-  Z = train.normalize_rows(module.encode_image(jnp.concatenate([b["x"] for b in batch])))
+  x = train.concat_images([b["x"] for b in batch])
+  Z = train.normalize_rows(train.encode_images(module, x))
   errs, off = [], 0
   for c, b in zip(consts["terms"], batch):
-    k = b["x"].shape[0]
+    k = train.num_rows(b["x"])
     student = train.head_logits(module, Z[off:off + k] @ c["G"].T)
     off += k
     errs.append(posterior_kl(consts["teacher_scale"] * b["A_ft"], student))

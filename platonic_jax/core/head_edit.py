@@ -37,6 +37,7 @@ import numpy as np
 from flax import nnx
 
 from platonic_jax.core.descriptor import check_finite, float_dtype
+from platonic_jax.models.preprocess import NaflexInputs
 
 _HI = jax.lax.Precision.HIGHEST
 
@@ -78,7 +79,7 @@ def head_features(model, *image_inputs, batch_size: int = 64):
     model: a `DualEncoder` of a residual-head family (or its NNX module).
     *image_inputs: what the module's `encode_image` takes: NCHW images `(n, C, H, W)`, or for
       SigLIP2 NaFlex `pixel_values (n, N, C*p*p), pixel_attention_mask (n, N),
-      spatial_shapes (n, 2)`.
+      spatial_shapes (n, 2)` (or one `NaflexInputs` holding them).
     batch_size: probes per compiled call.
   Returns:
     `a (n, d)` the pooled attention output (the MLP's residual input), `Hh (n, m)` the
@@ -90,6 +91,9 @@ def head_features(model, *image_inputs, batch_size: int = 64):
       a, Hh, z = head_features(siglip, X)   # X (n, 3, H, W) -> (n, d), (n, m), (n, d)
   """
   module, edit_point = _module_and_family(model)
+  if len(image_inputs) == 1 and isinstance(image_inputs[0], NaflexInputs):
+    x = image_inputs[0]
+    image_inputs = (x.pixel_values, x.pixel_attention_mask, x.spatial_shapes)
   if not image_inputs:
     raise ValueError("head_features needs the probe images (encode_image's inputs)")
   if batch_size < 1:

@@ -11,8 +11,13 @@ A *source* (METHOD "Sources") is a rank-4 LoRA trained with cross-entropy on the
 zero-shot head: ``logits = exp(logit_scale) * A + logit_bias`` (bias where the family has
 one), ``A = Zhat @ Ghat.T``.
 
-Shapes: images ``(N, 3, H, W)`` preprocessed, labels ``(N,)`` int, class embeddings
-``G (C, d)`` (L2-normalised here again, so any positive row scale is harmless).
+Shapes: images ``(N, 3, H, W)`` preprocessed, or for a SigLIP2 NaFlex model ``NaflexInputs``
+(``pixel_values (N, P, 3*p*p)``, ``pixel_attention_mask (N, P)``, ``spatial_shapes (N, 2)``,
+every image padded to the processor's ``P = max_num_patches``); labels ``(N,)`` int, class
+embeddings ``G (C, d)`` (L2-normalised here again, so any positive row scale is harmless).
+NaFlex mini-batches are gathered on the host like arrays and have one shape, so a run still
+compiles its step once: the tower reads ``spatial_shapes`` as traced values (the position
+embeddings are resized by a per-image weight matrix), never as static shapes.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from platonic_jax import progress
 from platonic_jax.core import lora
 from platonic_jax.core.descriptor import check_labels
 from platonic_jax.models.dual_encoder import DualEncoder
+from platonic_jax.models.preprocess import NaflexInputs
 
 ADAPTER_FORMAT = "platonic_jax.lora_adapter/1"
 
@@ -47,10 +53,65 @@ def normalize_rows(x: jax.Array) -> jax.Array:
   return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
 
 
-def image_affinity(module: nnx.Module, pixels: jax.Array, G: jax.Array) -> jax.Array:
-  """Cosine affinity ``A = Zhat @ Ghat.T`` of images to classes: pixels (b, 3, H, W),
-  G (C, d) normalised -> (b, C)."""
-  return normalize_rows(module.encode_image(pixels)) @ G.T
+def encode_images(module: nnx.Module, images) -> jax.Array:
+  """``module.encode_image`` of image inputs: pixels (b, 3, H, W), or ``NaflexInputs``
+  (pixel_values (b, P, 3*p*p), pixel_attention_mask (b, P), spatial_shapes (b, 2)) ->
+  unnormalised embeddings (b, d)."""
+  if isinstance(images, NaflexInputs):
+    return module.encode_image(images.pixel_values, images.pixel_attention_mask,
+                               images.spatial_shapes)
+  return module.encode_image(images)
+
+
+def is_image_batch(images) -> bool:
+  """True for image inputs of some batch: an array (n, 3, H, W), or ``NaflexInputs`` whose
+  pixel_values are (n, P, 3*p*p) (their values are checked by ``check_images``)."""
+  if isinstance(images, NaflexInputs):
+    return np.ndim(images.pixel_values) == 3
+  return np.ndim(images) == 4
+
+
+def num_rows(images) -> int:
+  """The number of images ``n`` in image inputs: an array (n, ...) or ``NaflexInputs``."""
+  return len(images) if isinstance(images, NaflexInputs) else int(np.shape(images)[0])
+
+
+def concat_images(parts: Sequence[Any]):
+  """The image inputs of several mini-batches as one, in order: arrays (b_i, 3, H, W) ->
+  (sum b_i, 3, H, W), or ``NaflexInputs`` of one patch count ``P`` field by field (inside a
+  jitted loss; ``check_same_inputs`` checks the parts beforehand)."""
+  return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
+
+
+def describe_images(images) -> str:
+  """A short description of image inputs for messages: a shape, or the NaFlex fields' shapes."""
+  if isinstance(images, NaflexInputs):
+    return (f"NaflexInputs with pixel_values {tuple(np.shape(images.pixel_values))}, "
+            f"pixel_attention_mask {tuple(np.shape(images.pixel_attention_mask))}, "
+            f"spatial_shapes {tuple(np.shape(images.spatial_shapes))}")
+  return f"shape {tuple(np.shape(images))}"
+
+
+def check_same_inputs(parts: Sequence[Any], names: Sequence[str]) -> None:
+  """Raises ValueError naming the first part whose image inputs cannot be concatenated with the
+  first's (one forward pass over every term's mini-batch): NaflexInputs with arrays, or NaFlex
+  inputs padded to another number of patches."""
+  first = parts[0]
+  for x, name in zip(parts[1:], names[1:]):
+    if isinstance(x, NaflexInputs) != isinstance(first, NaflexInputs):
+      raise ValueError(f"{name} is {describe_images(x)} but {names[0]} is "
+                       f"{describe_images(first)}: every term must give the same kind of image "
+                       "inputs (all NaflexInputs or all pixel arrays)")
+    if isinstance(x, NaflexInputs) and x.pixel_values.shape[1:] != first.pixel_values.shape[1:]:
+      raise ValueError(f"{name} is {describe_images(x)} but {names[0]} is "
+                       f"{describe_images(first)}: NaFlex inputs of one run must be padded to "
+                       "the same number of patches (the processor's max_num_patches)")
+
+
+def image_affinity(module: nnx.Module, pixels, G: jax.Array) -> jax.Array:
+  """Cosine affinity ``A = Zhat @ Ghat.T`` of images to classes: pixels (b, 3, H, W) or
+  ``NaflexInputs`` of b images, G (C, d) normalised -> (b, C)."""
+  return normalize_rows(encode_images(module, pixels)) @ G.T
 
 
 def head_logits(module: nnx.Module, A: jax.Array) -> jax.Array:
@@ -143,7 +204,7 @@ def check_no_adapter(model: DualEncoder, what: str) -> None:
 def _check_items(items: Sequence[dict]) -> list[int]:
   sizes = []
   for i, arrays in enumerate(items):
-    ns = {k: np.shape(v)[0] for k, v in arrays.items()}
+    ns = {k: num_rows(v) for k, v in arrays.items()}
     if len(set(ns.values())) != 1:
       raise ValueError(f"data set {i}: arrays have different leading sizes {ns}")
     sizes.append(next(iter(ns.values())))
@@ -154,13 +215,13 @@ def train_lora(model: DualEncoder, loss_fn: lora.LossFn, consts: Any, items: Seq
                recipe: Recipe, *, desc: str = "LoRA") -> tuple[DualEncoder, np.ndarray]:
   """Trains a fresh LoRA on a clone of ``model``; ``model`` itself is never changed.
 
-  items: one dict per data set of host arrays sharing a leading size ``n_i`` (images, labels,
-  per-probe targets); each step gathers ``min(batch, n_i)`` rows of each on the host (seeded
-  ``batch_plan``) and passes them as ``batch``, a tuple of dicts, so only mini-batches ever
-  reach the device. consts: a pytree of arrays every step reads, put on the device once.
-  ``loss_fn(module, consts, batch) -> (loss (), aux)``. Returns the model with its adapter
-  attached (unmerged) and the per-step losses ``(steps,)``. ``desc`` names the run's progress
-  bar (``platonic_jax.progress``; steps dispatched, with the time left).
+  items: one dict per data set of host arrays (or ``NaflexInputs``) sharing a leading size
+  ``n_i`` (images, labels, per-probe targets); each step gathers ``min(batch, n_i)`` rows of
+  each on the host (seeded ``batch_plan``) and passes them as ``batch``, a tuple of dicts, so
+  only mini-batches ever reach the device. consts: a pytree of arrays every step reads, put on
+  the device once. ``loss_fn(module, consts, batch) -> (loss (), aux)``. Returns the model
+  with its adapter attached (unmerged) and the per-step losses ``(steps,)``. ``desc`` names
+  the run's progress bar (``platonic_jax.progress``; steps dispatched, with the time left).
   """
   check_no_adapter(model, "train_lora")
   items = [dict(d) for d in items]
@@ -219,27 +280,28 @@ def _affinity_fn(graphdef):
 def _embedding_fn(graphdef):
   @jax.jit
   def fn(state, pixels):
-    return nnx.merge(graphdef, state).encode_image(pixels)
+    return encode_images(nnx.merge(graphdef, state), pixels)
   return fn
 
 
-def _bucketed(fn, images: np.ndarray, batch: int) -> np.ndarray:
-  """``fn(chunk)`` over chunks of ``images`` padded to one bucket (``batch``, or the power of
-  two >= n when n is smaller), so calls compile once per (model graph, bucket)."""
-  n = images.shape[0]
+def _bucketed(fn, images, batch: int) -> np.ndarray:
+  """``fn(chunk)`` over chunks of ``images`` (an array or ``NaflexInputs``) padded to one bucket
+  (``batch``, or the power of two >= n when n is smaller) with copies of the chunk's last row
+  (a valid input of every kind, its outputs dropped), so calls compile once per (model graph,
+  bucket)."""
+  n = num_rows(images)
   bucket = min(batch, 1 << (n - 1).bit_length())
   outs = []
   for s in range(0, n, bucket):
-    part = images[s:s + bucket]
-    k = part.shape[0]
-    if k < bucket:
-      part = np.concatenate([part, np.zeros((bucket - k,) + part.shape[1:], part.dtype)])
-    outs.append(np.asarray(fn(jnp.asarray(part)))[:k])
+    k = min(bucket, n - s)
+    part = images[np.minimum(np.arange(s, s + bucket), s + k - 1)]
+    outs.append(np.asarray(fn(jax.tree.map(jnp.asarray, part)))[:k])
   return np.concatenate(outs)
 
 
 def affinities(model: DualEncoder, images, G, *, batch: int = 64) -> np.ndarray:
-  """``A = Zhat @ Ghat.T`` (n, C) float32 for images (n, 3, H, W) and class embeddings G (C, d).
+  """``A = Zhat @ Ghat.T`` (n, C) float32 for images (n, 3, H, W) (or ``NaflexInputs`` of n
+  images) and class embeddings G (C, d).
 
   Chunks are padded to one bucket, so calls compile once per (model graph, bucket).
   """
@@ -251,7 +313,8 @@ def affinities(model: DualEncoder, images, G, *, batch: int = 64) -> np.ndarray:
 
 
 def embeddings(model: DualEncoder, images, *, batch: int = 64) -> np.ndarray:
-  """Unnormalised image embeddings ``encode_image`` (n, d) float32 of images (n, 3, H, W).
+  """Unnormalised image embeddings ``encode_image`` (n, d) float32 of images (n, 3, H, W) (or
+  ``NaflexInputs`` of n images).
 
   The forward pass the trainers' losses run (the module's own parameters, not cast to
   ``model.dtype`` as ``platonic_jax.embed.embed_images`` does), so a training baseline taken
@@ -263,16 +326,52 @@ def embeddings(model: DualEncoder, images, *, batch: int = 64) -> np.ndarray:
   return _bucketed(lambda x: fn(state, x), images, batch)
 
 
-def check_images(model: DualEncoder, images, what: str = "images") -> np.ndarray:
-  """Validates a preprocessed image array ``(n, 3, H, W)`` for ``model``; returns float32."""
+def _takes_naflex(model: DualEncoder) -> bool:
+  return len(getattr(model.module, "image_inputs", ("pixel_values",))) > 1
+
+
+def check_images(model: DualEncoder, images, what: str = "images"):
+  """Validates image inputs for ``model``: a preprocessed array ``(n, 3, H, W)`` (returned as
+  float32), or for a SigLIP2 NaFlex model ``NaflexInputs`` (see ``check_naflex``)."""
+  if isinstance(images, NaflexInputs):
+    return check_naflex(model, images, what)
   images = np.asarray(images)
   want = model.image_shape
   if images.ndim != 4 or images.shape[1:] != want or images.shape[0] == 0:
-    raise ValueError(f"{what} must be a non-empty array (n, {want[0]}, {want[1]}, {want[2]}) "
-                     f"for model {model.name!r}, got shape {images.shape}")
+    naflex = " or NaflexInputs" if _takes_naflex(model) else ""
+    raise ValueError(f"{what} must be a non-empty array (n, {want[0]}, {want[1]}, {want[2]})"
+                     f"{naflex} for model {model.name!r}, got shape {images.shape}")
   if not np.issubdtype(images.dtype, np.floating):
     raise ValueError(f"{what} must be floating point (preprocessed), got {images.dtype}")
   return images.astype(np.float32, copy=False)
+
+
+def check_naflex(model: DualEncoder, images: NaflexInputs, what: str = "images") -> NaflexInputs:
+  """Validates NaFlex inputs of ``n >= 1`` images for a NaFlex ``model`` (patch width, mask
+  and spatial shapes consistent, real patches first; the tower's ``check_inputs``). Returns
+  them as pixel_values (n, P, 3*p*p) float32, pixel_attention_mask (n, P) int32 (0/1) and
+  spatial_shapes (n, 2) int32. Raises ValueError naming ``what`` and the problem."""
+  if not _takes_naflex(model):
+    c, h, w = model.image_shape
+    raise ValueError(f"{what} are NaFlex inputs (pixel_values, pixel_attention_mask, "
+                     f"spatial_shapes) but model {model.name!r} ({model.family.name}) takes "
+                     f"preprocessed images (n, {c}, {h}, {w})")
+  pv, mask, shapes = (np.asarray(getattr(images, f.name))
+                      for f in dataclasses.fields(NaflexInputs))
+  if pv.ndim != 3 or pv.shape[0] == 0:
+    raise ValueError(f"{what}: NaFlex pixel_values must be a non-empty array (n, P, C*p*p), "
+                     f"got shape {pv.shape}")
+  if not np.issubdtype(pv.dtype, np.floating):
+    raise ValueError(f"{what}: NaFlex pixel_values must be floating point (preprocessed), got "
+                     f"{pv.dtype}")
+  if not np.issubdtype(shapes.dtype, np.integer):
+    raise ValueError(f"{what}: spatial_shapes must be integers (n, 2), got {shapes.dtype}")
+  try:
+    model.module.vision_model.check_inputs(pv, mask, shapes)
+  except ValueError as e:
+    raise ValueError(f"{what}: {e}") from None
+  return NaflexInputs(pv.astype(np.float32, copy=False), (mask > 0).astype(np.int32),
+                      shapes.astype(np.int32))
 
 
 def check_G(model: DualEncoder, G, what: str = "G") -> jax.Array:
@@ -329,12 +428,13 @@ def labeled_training(model: DualEncoder, images, labels, G, recipe: Recipe, *,
                      pad_classes: int | None = None) -> tuple[DualEncoder, np.ndarray]:
   """Cross-entropy on the frozen zero-shot head (descended, or ascended when ``ascend``).
 
-  images (N, 3, H, W), labels (N,), G (C, d). pad_classes: see ``pad_head`` (same result,
-  one compilation for every head size up to it). Returns (model with unmerged adapter, losses).
+  images (N, 3, H, W) or ``NaflexInputs`` of N images, labels (N,), G (C, d). pad_classes:
+  see ``pad_head`` (same result, one compilation for every head size up to it). Returns (model
+  with unmerged adapter, losses).
   """
   images = check_images(model, images)
   G = check_G(model, G)
-  labels = check_labels(labels, images.shape[0], G.shape[0])
+  labels = check_labels(labels, num_rows(images), G.shape[0])
   G, mask = pad_head(G, pad_classes)
   consts = {"G": G, "mask": mask, "sign": np.float32(-1.0 if ascend else 1.0)}
   return train_lora(model, _ce_loss, consts, [{"x": images, "y": labels}], recipe,
@@ -350,9 +450,10 @@ def finetune_source(model: DualEncoder, images, labels, G, *, rank: int = 4,
 
   Rank-``rank`` LoRA on ``targets`` (default the family's vision q/v), cross-entropy of
   ``exp(logit_scale) * A + logit_bias`` against ``labels``, AdamW with warm-up + cosine decay.
-  images (N, 3, H, W) preprocessed, labels (N,) in [0, C), G (C, d) the frozen text head.
-  Returns the fine-tuned model: adapter kept unmerged (for ``save_adapter``, task vectors and
-  weight-space arithmetic) unless ``merge``. pad_classes: pad the head to this many classes
+  images (N, 3, H, W) preprocessed (or ``NaflexInputs`` of N images for a SigLIP2 NaFlex
+  model), labels (N,) in [0, C), G (C, d) the frozen text head. Returns the fine-tuned model:
+  adapter kept unmerged (for ``save_adapter``, task vectors and weight-space arithmetic)
+  unless ``merge``. pad_classes: pad the head to this many classes
   (identical training; fine-tunes on tasks of different sizes share one compiled step).
 
   Example::
@@ -366,7 +467,8 @@ def finetune_source(model: DualEncoder, images, labels, G, *, rank: int = 4,
 
 
 def accuracy(model: DualEncoder, images, labels, G, *, batch: int = 64) -> float:
-  """Top-1 zero-shot accuracy of ``argmax_c A(x, c)``: images (N, 3, H, W), labels (N,)."""
+  """Top-1 zero-shot accuracy of ``argmax_c A(x, c)``: images (N, 3, H, W) or ``NaflexInputs``
+  of N images, labels (N,)."""
   A = affinities(model, images, G, batch=batch)
   labels = check_labels(labels, A.shape[0], A.shape[1])
   return float(np.mean(np.argmax(A, axis=1) == labels))

@@ -20,6 +20,7 @@ import math
 import os
 from typing import Any, Mapping, Sequence
 
+import jax
 import numpy as np
 
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -169,6 +170,47 @@ class NaflexInputs:
 
   def __len__(self) -> int:
     return int(self.pixel_values.shape[0])
+
+  def __getitem__(self, rows) -> "NaflexInputs":
+    """The images ``rows`` of every field, kept as ``NaflexInputs``: a slice, a 1-D integer
+    index array ``(k,)`` or a boolean mask ``(n,)`` (numpy indexing; an int ``i`` is ``[i]``,
+    so the batch axis stays)."""
+    if isinstance(rows, (int, np.integer)):
+      rows = [int(rows)]
+    if not isinstance(rows, slice):
+      rows = np.asarray(rows)
+      if rows.ndim != 1 or not (np.issubdtype(rows.dtype, np.integer)
+                                or rows.dtype == np.bool_ or rows.size == 0):
+        raise TypeError(f"NaflexInputs rows must be a slice, a 1-D integer array or a boolean "
+                        f"mask, got {rows.dtype} of shape {rows.shape}")
+      if rows.size == 0:
+        rows = rows.astype(np.int64)
+    return NaflexInputs(*(getattr(self, f.name)[rows] for f in dataclasses.fields(self)))
+
+  @staticmethod
+  def concatenate(parts: Sequence["NaflexInputs"]) -> "NaflexInputs":
+    """The images of several ``NaflexInputs`` in order, ``(sum n_i, N, C*p*p)`` etc.; every part
+    must have the same ``N`` patches and ``C*p*p`` values per patch (ValueError naming the
+    first that does not)."""
+    parts = list(parts)
+    if not parts:
+      raise ValueError("no NaflexInputs to concatenate")
+    for i, p in enumerate(parts):
+      if not isinstance(p, NaflexInputs):
+        raise TypeError(f"part {i} is a {type(p).__name__}, not NaflexInputs (NaFlex inputs "
+                        "concatenate only with NaFlex inputs of the same model)")
+      if p.pixel_values.shape[1:] != parts[0].pixel_values.shape[1:]:
+        raise ValueError(f"NaflexInputs part {i} has pixel_values (n, N, C*p*p) = "
+                         f"{tuple(p.pixel_values.shape)}, part 0 has "
+                         f"{tuple(parts[0].pixel_values.shape)}: parts must share N (the "
+                         "processor's max_num_patches) and C*p*p")
+    return NaflexInputs(*(np.concatenate([np.asarray(getattr(p, f.name)) for p in parts])
+                          for f in dataclasses.fields(NaflexInputs)))
+
+
+# A pytree (its three arrays the leaves), so NaFlex batches pass through jax.jit and tree maps.
+jax.tree_util.register_dataclass(
+    NaflexInputs, data_fields=[f.name for f in dataclasses.fields(NaflexInputs)], meta_fields=[])
 
 
 def naflex_size(height: int, width: int, patch_size: int, max_num_patches: int,

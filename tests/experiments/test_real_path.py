@@ -46,6 +46,26 @@ def real(micro, tmp_path_factory):
   return ckpt, str(root / "data"), cache
 
 
+@pytest.fixture(scope="module")
+def naflex(real, tmp_path_factory):
+  """A tiny SigLIP2 NaFlex checkpoint directory: transformers' Siglip2Model with a real-style
+  Siglip2ImageProcessor config (patch 4, max_num_patches 20 over a 4x4 position grid, so the
+  fixture's 40x36 images become 5x4 patches) and a word tokenizer over the tasks' prompts."""
+  from platonic_jax.data.tokenizer import word_tokenizer
+  from tests import siglip_fixtures as fx
+  d = tmp_path_factory.mktemp("naflex_ckpt")
+  fx.save_naflex_checkpoint(d, "naflex4_tanh", max_num_patches=20, seed=11)
+  text = fx.TINY_SIGLIP2S["naflex4_tanh"]["text"]
+  words = []
+  for task in TASKS:
+    spec = registry.get_task(task)
+    for t in spec.classnames + spec.templates:
+      words += [w for w in re.findall(r"[a-z0-9]+", t.lower()) if w not in words]
+  assert len(words) + 4 <= text["vocab_size"]
+  word_tokenizer(words, max_length=text["max_position_embeddings"]).save_pretrained(str(d))
+  return str(d)
+
+
 def _config(name, real, **kw):
   ckpt, data, cache = real
   over = {"cache_dir": cache, "data.root": data, "data.models": {"tiny": ckpt},
@@ -131,3 +151,67 @@ def test_corrupt_images_are_skipped_with_skip_corrupt_and_reported(real, tmp_pat
     assert "Corrupt examples left out" in md and "mnist/test: 2" in md and "bad0.png" in md
   # skip_corrupt does not enter the config hash: the strict run's workdir would take it.
   assert sweep.config_hash(config) == sweep.config_hash(strict)
+
+
+def test_addition_with_a_naflex_siglip2_model_as_target_and_source(real, naflex, tmp_path):
+  """Table 1 with a SigLIP2 NaFlex checkpoint as the target and a source, beside a CLIP one:
+  the study keeps the NaFlex model's inputs as NaflexInputs (one Siglip2ImageProcessor pass
+  per split), its rank-4 source fine-tunes train on them, every method of the table runs on it
+  (closed form, random-UTD, oracle, weight-space arithmetic, adapter), and its descriptors
+  transfer to the CLIP target through the closed form."""
+  from platonic_jax import embed_images
+  from platonic_jax.core import lora
+  from platonic_jax.models.preprocess import NaflexInputs
+  ckpt, _, _ = real
+  config = _config("table1_addition", real, **{
+      "data.models": {"tiny": ckpt, "naflex": naflex}, "targets": ["naflex"],
+      "sources": ["tiny", "naflex"], "distinct_sources": False, "data.max_test": 16,
+      "adapter.cells": -1, "adapter.steps": 3, "adapter.batch": 8, "adapter.rank": 4,
+      "accumulation.orderings": 1})
+  out = tables.run(config, str(tmp_path / "work"), log=lambda s: None)
+  study = out.study
+  cells = [r for r in out.records if r["cell"]["kind"] == "cell"]
+  assert sorted((r["cell"]["setting"], tuple(r["cell"]["sources"])) for r in cells) == [
+      ("cross_model", ("tiny", "tiny")), ("same_model", ("naflex", "naflex"))]
+  for r in cells:
+    want = {"closed_form", "random_utd", "adapter",
+            "oracle" if r["cell"]["setting"] == "cross_model" else "weight_space"}
+    assert set(r["metrics"]["accuracy"]) == want
+    for accs in r["metrics"]["accuracy"].values():
+      assert set(accs) == {"eurosat", "mnist", "svhn"}
+      assert all(0.0 <= a <= 100.0 for a in accs.values())
+  assert len([r for r in out.records if r["cell"]["kind"] == "accumulation"]) == 1
+  assert "Table 1" in open(tmp_path / "work" / "tables.md").read()
+  # the NaFlex sources (fine-tuned here: no other test has this checkpoint) are rank-4 LoRAs
+  # whose descriptors live on the task's grid, shape (probes, classes)
+  assert study.counts["finetune"] >= 2
+  for t in ("eurosat", "mnist"):
+    with open(os.path.join(study.source("naflex", t).path, "meta.json")) as f:
+      assert json.load(f)["recipe"]["rank"] == 4
+    assert lora.adapted(study.source("naflex", t).finetuned().module)
+    desc = study.source("naflex", t).descriptor
+    assert desc.only.U.shape == (20, registry.get_task(t).num_classes)
+    assert np.abs(np.asarray(desc.only.U)).max() > 0
+  # ... and transfer to the CLIP target: one solve, the edited target's test accuracies
+  ops = study.operators("tiny", "eurosat", ["naflex"])
+  assert ops["naflex"].W.shape == (study.emb("tiny", "eurosat").G.shape[1],) * 2
+  accs = study.closed_form_accuracy("tiny", ["eurosat", "svhn"], [(ops["naflex"], 0.5)])
+  assert all(0.0 <= a <= 100.0 for a in accs.values())
+  # inputs: NaflexInputs for the NaFlex model, NCHW pixels for CLIP; the streamed probe
+  # embeddings equal the rows of the whole train split's
+  task = study.task("eurosat")
+  x = study.pixels("naflex", task.train[0])
+  assert isinstance(x, NaflexInputs) and x.pixel_values.shape == (48, 20, 48)
+  assert study.pixels("tiny", task.train[0]).ndim == 4
+  probes = x[np.asarray(task.probe_ids)]
+  np.testing.assert_allclose(study.emb("naflex", "eurosat").probes,
+                             embed_images(study.model("naflex"), probes), atol=1e-5, rtol=0)
+  # NaflexInputs are hashed by content: an equal copy has the same hash, a changed shape not
+  h = study.array_hash(probes)
+  same = NaflexInputs(*(np.array(a) for a in (probes.pixel_values, probes.pixel_attention_mask,
+                                              probes.spatial_shapes)))
+  assert study.array_hash(same) == h
+  shapes = same.spatial_shapes.copy()
+  shapes[0] = shapes[0][::-1]  # 5x4 patches read as 4x5: same pixels, another image
+  assert study.array_hash(NaflexInputs(same.pixel_values, same.pixel_attention_mask,
+                                       shapes)) != h

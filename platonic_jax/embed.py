@@ -2,8 +2,10 @@
 
 Every batch (the final partial one included) is padded to the same bucketed shape, so a run
 compiles once per (model, batch size, input shape, dtype); the batch axis is split over every
-device of a ``data`` mesh and the parameters are replicated. Dispatch is asynchronous: the
-host prepares batch i+1 while the devices run batch i.
+device of a ``data`` mesh and the parameters are replicated. Dispatch is asynchronous, and the
+next batch is put on the devices before the current one's computation is dispatched
+(``parallel.mesh.prefetch_to_device``): the host prepares and transfers batch i+1 while the
+devices run batch i.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from platonic_jax import kernels
+from platonic_jax.models import layers
 from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.models.preprocess import NaflexInputs
 from platonic_jax.parallel import mesh as mesh_lib
@@ -39,8 +43,15 @@ def _cast_state(state, dtype):
                       state)
 
 
-@functools.lru_cache(maxsize=64)
 def _compiled(graphdef, kind: str, mesh, dtype_name: str, normalize: bool):
+  """The jitted embedding function, one per (graph, kind, mesh, dtype, normalize) and attention
+  implementation (``layers.current_attention_impl()``, read when it is traced)."""
+  return _compiled_for(graphdef, kind, mesh, dtype_name, normalize,
+                       layers.current_attention_impl())
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled_for(graphdef, kind: str, mesh, dtype_name: str, normalize: bool, attention: str):
   dtype = jnp.dtype(dtype_name)
 
   def image_fn(state, pixels, *extra):
@@ -61,14 +72,26 @@ def _compiled(graphdef, kind: str, mesh, dtype_name: str, normalize: bool):
     z = module.encode_audio(features.astype(dtype), is_longer)
     return l2_normalize(z) if normalize else z.astype(jnp.float32)
 
+  def traced_with_attention(fn):
+    @functools.wraps(fn)
+    def wrapped(*args):
+      with layers.attention_impl(attention):
+        return fn(*args)
+    return wrapped
+
+  # XLA CPU's matmul kernels are chosen by measurement per batch shape (``kernels``).
   rep, sharded = mesh_lib.replicated(mesh), mesh_lib.batch_sharding(mesh)
   if kind == "image":
-    return jax.jit(image_fn, in_shardings=(rep, sharded), out_shardings=sharded)
+    return kernels.tuned_jit(traced_with_attention(image_fn), in_shardings=(rep, sharded),
+                             out_shardings=sharded)
   if kind == "naflex":  # pixel_values, pixel_attention_mask, spatial_shapes
-    return jax.jit(image_fn, in_shardings=(rep, sharded, sharded, sharded), out_shardings=sharded)
+    return kernels.tuned_jit(traced_with_attention(image_fn),
+                             in_shardings=(rep, sharded, sharded, sharded), out_shardings=sharded)
   if kind == "audio":
-    return jax.jit(audio_fn, in_shardings=(rep, sharded, sharded), out_shardings=sharded)
-  return jax.jit(text_fn, in_shardings=(rep, sharded, sharded), out_shardings=sharded)
+    return kernels.tuned_jit(traced_with_attention(audio_fn),
+                             in_shardings=(rep, sharded, sharded), out_shardings=sharded)
+  return kernels.tuned_jit(traced_with_attention(text_fn), in_shardings=(rep, sharded, sharded),
+                           out_shardings=sharded)
 
 
 def _progress(total: int, enabled: bool, desc: str):
@@ -80,11 +103,9 @@ def _progress(total: int, enabled: bool, desc: str):
   return progress.bar(total, f"embed {desc}", unit="ex")
 
 
-def _run_batches(fn: Callable, state, arrays: Sequence[np.ndarray], n: int, batch: int, mesh,
-                 progress: bool, desc: str) -> np.ndarray:
-  sharding = mesh_lib.batch_sharding(mesh)
-  bar = _progress(n, progress, desc)
-  outs = []
+def _host_batches(arrays: Sequence[np.ndarray], n: int, batch: int):
+  """``(chunk, valid rows)`` per batch: slices of ``arrays``, the final one padded to the
+  bucket with copies of its last row."""
   for start in range(0, n, batch):
     stop = min(start + batch, n)
     chunk = []
@@ -93,10 +114,21 @@ def _run_batches(fn: Callable, state, arrays: Sequence[np.ndarray], n: int, batc
       if stop - start < batch:  # pad the final partial batch to the bucket with copies of its
         # last row: a valid input of every kind (a NaFlex image's shape included), dropped below
         part = np.concatenate([part, np.repeat(part[-1:], batch - (stop - start), axis=0)])
-      chunk.append(jax.device_put(part, sharding))
-    outs.append((fn(state, *chunk), stop - start))
+      chunk.append(part)
+    yield chunk, stop - start
+
+
+def _run_batches(fn: Callable, state, arrays: Sequence[np.ndarray], n: int, batch: int, mesh,
+                 progress: bool, desc: str) -> np.ndarray:
+  sharding = mesh_lib.batch_sharding(mesh)
+  bar = _progress(n, progress, desc)
+  outs = []
+  # Batch i+1 is on its way to the devices before batch i's computation is dispatched.
+  for chunk, k in mesh_lib.prefetch_to_device(_host_batches(arrays, n, batch), 2, sharding,
+                                              leaves=lambda item: item):
+    outs.append((fn(state, *chunk), k))
     if bar is not None:
-      bar.update(stop - start)
+      bar.update(k)
   if bar is not None:
     bar.close()
   return np.concatenate([np.asarray(o)[:k] for o, k in outs])

@@ -28,6 +28,8 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from platonic_jax import kernels
+from platonic_jax.models import layers as layers_lib
 from platonic_jax.models.layers import Dense
 
 
@@ -251,22 +253,61 @@ LossFn = Callable[[nnx.Module, Any, Any], tuple[jax.Array, Any]]
 OPTIMIZER = optax.inject_hyperparams(optax.adamw)(learning_rate=0.0, weight_decay=0.0)
 
 
-@functools.lru_cache(maxsize=64)
-def make_train_step(graphdef, loss_fn: LossFn):
-  """One jitted AdamW step over the LoRA parameters only (cached per graph and loss).
+COMPUTE_DTYPES = ("float32", "bfloat16")
+_COMPUTE: list[str] = []
+
+
+def compute_dtype() -> jnp.dtype | None:
+  """The compute dtype of the training step being traced (``make_train_step``), else None.
+
+  Losses cast their image inputs to it (``platonic_jax.core.train.encode_images``): every layer
+  computes in the dtype of its input activations, so bf16 pixels make the whole forward and
+  backward pass bf16 (matmuls accumulate in fp32 on GPU and TPU; layer norms, softmaxes and the
+  final normalisation stay fp32), while the adapter and its optimizer state stay fp32.
+  """
+  return jnp.dtype(_COMPUTE[-1]) if _COMPUTE else None
+
+
+def check_compute_dtype(dtype) -> str:
+  """The name of a supported training compute dtype ("float32" or "bfloat16")."""
+  try:
+    name = jnp.dtype(dtype).name
+  except TypeError:
+    name = None
+  if name not in COMPUTE_DTYPES:
+    raise ValueError(f"training compute dtype must be one of {COMPUTE_DTYPES}, got {dtype!r}")
+  return name
+
+
+def make_train_step(graphdef, loss_fn: LossFn, compute_dtype="float32"):
+  """One jitted AdamW step over the LoRA parameters only (cached per graph, loss, compute
+  dtype and attention implementation).
 
   ``loss_fn(module, consts, batch) -> (loss (), aux)`` is evaluated on the module rebuilt from
   ``(graphdef, lora_state, frozen_state)``; only ``lora_state`` is differentiated. ``consts``
   holds what every step reads (class embeddings, normalisers), ``batch`` this step's
-  mini-batch. Returns ``step(lora_state, opt_state, frozen_state, consts, batch, lr,
-  weight_decay) -> (lora_state, opt_state, loss, aux)`` with ``opt_state =
-  OPTIMIZER.init(lora_state)``; the first two arguments are donated (do not reuse them).
+  mini-batch. ``compute_dtype`` "bfloat16" runs the loss's forward and backward in bf16 (see
+  ``compute_dtype()``); parameters, gradients and the optimizer stay fp32. Returns
+  ``step(lora_state, opt_state, frozen_state, consts, batch, lr, weight_decay) -> (lora_state,
+  opt_state, loss, aux)`` with ``opt_state = OPTIMIZER.init(lora_state)``; the first two
+  arguments are donated (do not reuse them).
   """
+  return _make_train_step(graphdef, loss_fn, check_compute_dtype(compute_dtype),
+                          layers_lib.current_attention_impl())
 
+
+@functools.lru_cache(maxsize=64)
+def _make_train_step(graphdef, loss_fn: LossFn, dtype_name: str, attention: str):
   def objective(lora, frozen, consts, batch):
-    return loss_fn(nnx.merge(graphdef, lora, frozen), consts, batch)
+    _COMPUTE.append(dtype_name)
+    try:
+      with layers_lib.attention_impl(attention):
+        return loss_fn(nnx.merge(graphdef, lora, frozen), consts, batch)
+    finally:
+      _COMPUTE.pop()
 
-  @functools.partial(jax.jit, donate_argnums=(0, 1))
+  # XLA CPU's matmul kernels are chosen by measurement per input shape (``kernels``).
+  @functools.partial(kernels.tuned_jit, donate_argnums=(0, 1))
   def step(lora, opt_state, frozen, consts, batch, lr, weight_decay):
     (loss, aux), grads = jax.value_and_grad(objective, has_aux=True)(lora, frozen, consts, batch)
     opt_state = opt_state._replace(hyperparams={

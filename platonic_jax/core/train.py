@@ -40,6 +40,7 @@ from platonic_jax.core import lora
 from platonic_jax.core.descriptor import check_labels
 from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.models.preprocess import NaflexInputs
+from platonic_jax.parallel import mesh as mesh_lib
 
 ADAPTER_FORMAT = "platonic_jax.lora_adapter/1"
 
@@ -54,13 +55,18 @@ def normalize_rows(x: jax.Array) -> jax.Array:
 
 
 def encode_images(module: nnx.Module, images) -> jax.Array:
-  """``module.encode_image`` of image inputs: pixels (b, 3, H, W), or ``NaflexInputs``
-  (pixel_values (b, P, 3*p*p), pixel_attention_mask (b, P), spatial_shapes (b, 2)) ->
-  unnormalised embeddings (b, d)."""
+  """``module.encode_image`` of image inputs in the compute dtype of the training step being
+  traced (``lora.compute_dtype()``; the inputs' own dtype outside one): pixels (b, 3, H, W), or
+  ``NaflexInputs`` (pixel_values (b, P, 3*p*p), pixel_attention_mask (b, P), spatial_shapes
+  (b, 2)) -> unnormalised embeddings (b, d) float32. Every loss of a trainer embeds through
+  this."""
+  dtype = lora.compute_dtype()
   if isinstance(images, NaflexInputs):
-    return module.encode_image(images.pixel_values, images.pixel_attention_mask,
-                               images.spatial_shapes)
-  return module.encode_image(images)
+    pv = images.pixel_values if dtype is None else images.pixel_values.astype(dtype)
+    z = module.encode_image(pv, images.pixel_attention_mask, images.spatial_shapes)
+  else:
+    z = module.encode_image(images if dtype is None else images.astype(dtype))
+  return z.astype(jnp.float32)
 
 
 def is_image_batch(images) -> bool:
@@ -159,6 +165,10 @@ class Recipe:
   targets: glob patterns of adapted layers (None: the family's ``lora_targets``).
   steps, lr, batch (per data set and step), warmup (steps; None: ``steps // 10``),
   weight_decay (AdamW), seed (adapter init and batch order).
+  dtype: compute dtype of the training step, "float32" or "bfloat16" (bf16 forward and
+  backward with fp32 layer norms, softmaxes and normalisation; the adapter, its gradients and
+  AdamW stay fp32; see ``lora.compute_dtype``). For GPUs and TPUs: on CPU, XLA's bf16 matmuls
+  are slower than its fp32 ones.
   """
   rank: int = 16
   alpha: float | None = None
@@ -170,6 +180,7 @@ class Recipe:
   warmup: int | None = None
   weight_decay: float = 0.0
   seed: int = 0
+  dtype: str = "float32"
 
   def __post_init__(self):
     if self.steps < 1:
@@ -182,6 +193,7 @@ class Recipe:
       raise ValueError(f"warmup must be in [0, steps={self.steps}), got {self.warmup}")
     if self.targets is not None:
       object.__setattr__(self, "targets", tuple(self.targets))
+    object.__setattr__(self, "dtype", lora.check_compute_dtype(self.dtype))
 
   @property
   def warmup_steps(self) -> int:
@@ -231,7 +243,7 @@ def train_lora(model: DualEncoder, loss_fn: lora.LossFn, consts: Any, items: Seq
               scale=recipe.scale, rngs=nnx.Rngs(params=recipe.seed))
   graphdef, lora_state, frozen = lora.split(out.module)
   opt_state = lora.OPTIMIZER.init(lora_state)
-  step = lora.make_train_step(graphdef, loss_fn)
+  step = lora.make_train_step(graphdef, loss_fn, recipe.dtype)
   # Committed device arrays from the first call on: the step's outputs feed the next call, so
   # host-array inputs on the first call alone would compile the step a second time.
   lora_state, opt_state, frozen = jax.device_put((lora_state, opt_state, frozen))
@@ -240,11 +252,12 @@ def train_lora(model: DualEncoder, loss_fn: lora.LossFn, consts: Any, items: Seq
   lrs = recipe.learning_rates()
   wd = np.float32(recipe.weight_decay)
   losses = []
+  host_batches = (tuple({k: v[plan[t]] for k, v in arrays.items()}
+                        for arrays, plan in zip(items, plans)) for t in range(recipe.steps))
+  # Dispatch is asynchronous: the host gathers step t+2's rows and step t+1's are on their way
+  # to the device while the device runs step t.
   with progress.bar(recipe.steps, f"{desc} (rank {recipe.rank})") as bar:
-    for t in range(recipe.steps):
-      # Dispatch is asynchronous: the host gathers step t+1's rows while the device runs step t.
-      batch = tuple({k: v[plan[t]] for k, v in arrays.items()}
-                    for arrays, plan in zip(items, plans))
+    for t, batch in enumerate(mesh_lib.prefetch_to_device(host_batches, 2)):
       lora_state, opt_state, loss, _ = step(lora_state, opt_state, frozen, consts, batch, lrs[t],
                                             wd)
       losses.append(loss)

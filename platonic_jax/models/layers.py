@@ -11,7 +11,9 @@ layer norms and softmaxes accumulate in fp32 and cast back.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from typing import Callable
 
 import jax
@@ -192,25 +194,103 @@ def _sdpa_bwd(res, dout):
 _sdpa.defvjp(_sdpa_fwd, _sdpa_bwd)
 
 
+ATTENTION_IMPLS = ("auto", "explicit", "xla", "cudnn")
+_ATTENTION_OVERRIDE: list[str] = []
+_ENV = "PLATONIC_JAX_ATTENTION"
+
+
+@contextlib.contextmanager
+def attention_impl(impl: str):
+  """Within the block, ``attention`` (every tower's) uses ``impl`` instead of its default.
+
+  impl: "explicit" (``_sdpa``, the written-out attention and gradient), "xla"
+  (``jax.nn.dot_product_attention(implementation="xla")``), "cudnn" (cuDNN flash attention,
+  GPU only, half precision, no mask) or "auto". Read when a function is traced: a function
+  compiled before the block keeps its choice (the embedding and training caches key on it).
+  """
+  _check_impl(impl)
+  _ATTENTION_OVERRIDE.append(impl)
+  try:
+    yield
+  finally:
+    _ATTENTION_OVERRIDE.pop()
+
+
+def _check_impl(impl: str) -> str:
+  if impl not in ATTENTION_IMPLS:
+    raise ValueError(f"unknown attention implementation {impl!r}; choose from {ATTENTION_IMPLS}")
+  return impl
+
+
+def current_attention_impl() -> str:
+  """The implementation ``attention`` uses when traced now: the innermost ``attention_impl``
+  block, else ``$PLATONIC_JAX_ATTENTION``, else "auto"."""
+  if _ATTENTION_OVERRIDE:
+    return _ATTENTION_OVERRIDE[-1]
+  return _check_impl(os.environ.get(_ENV, "auto") or "auto")
+
+
+def resolve_attention_impl(impl: str, backend: str, dtype, head_dim: int, has_bias: bool,
+                           same_length: bool) -> str:
+  """What "auto" means on ``backend`` for these inputs ("explicit", "xla" or "cudnn").
+
+  CPU: "explicit" (measured faster on XLA CPU than the fused ``dot_product_attention``, forward
+  and backward; see ``docs/benchmarks.md``). GPU: "cudnn" (flash attention) for bf16/fp16
+  self-attention without a mask and a head width that is a multiple of 8 up to 128, else
+  "xla". TPU and others: "xla" (``jax.nn.dot_product_attention``; XLA fuses it).
+  An explicit choice other than "auto" is returned as given.
+  """
+  if _check_impl(impl) != "auto":
+    return impl
+  if backend == "cpu":
+    return "explicit"
+  if (backend in ("gpu", "cuda") and jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16),
+                                                        jnp.dtype(jnp.float16))
+      and not has_bias and same_length and head_dim % 8 == 0 and head_dim <= 128):
+    return "cudnn"
+  return "xla"
+
+
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, num_heads: int,
-              bias: jax.Array | None = None) -> jax.Array:
+              bias: jax.Array | None = None, *, impl: str | None = None) -> jax.Array:
   """Multi-head scaled dot-product attention.
 
-  q, k, v: (B, T, D) projected activations; bias: additive mask broadcastable to (B, H, T, T)
-  (0 where attended, a large negative number where masked). Returns (B, T, D).
-  Scores and softmax are computed in fp32. Heads are moved in front of the tokens once, and the
-  backward pass is the written-out softmax-attention gradient (``_sdpa``): the same math as
-  autodiff, in one layout, which XLA CPU runs faster. Being a ``jax.custom_vjp``, it supports
-  reverse-mode differentiation (``grad``, ``vjp``) but not forward mode (``jvp``, ``jacfwd``).
+  q (B, Tq, D), k, v (B, T, D) projected activations; bias: additive mask broadcastable to
+  (B, H, Tq, T) (0 where attended, a large negative number where masked). Returns (B, Tq, D).
+  Scores and softmax are computed in fp32 whatever the input dtype.
+
+  impl (default ``current_attention_impl()``, "auto" unless overridden) picks the kernel, by
+  backend when "auto" (``resolve_attention_impl``):
+
+  * "explicit": heads moved in front of the tokens once, and the backward pass is the
+    written-out softmax-attention gradient (``_sdpa``): the same math as autodiff, in one
+    layout, which XLA CPU runs faster. Reverse-mode only (a ``jax.custom_vjp``: ``grad`` and
+    ``vjp``, not ``jvp``).
+  * "xla" / "cudnn": ``jax.nn.dot_product_attention`` in the (B, T, H, hd) layout the
+    projections already have; "cudnn" is cuDNN's flash attention (GPU, bf16/fp16, no mask), and
+    falls back to "xla" where cuDNN refuses the inputs when traced.
   """
-  b, t, d = q.shape
+  b, tq, d = q.shape
+  t = k.shape[1]
   hd = d // num_heads
   dtype = q.dtype
-
-  def heads(x):
-    return x.reshape(b, x.shape[1], num_heads, hd).transpose(0, 2, 1, 3)
-
+  chosen = resolve_attention_impl(impl or current_attention_impl(), jax.default_backend(), dtype,
+                                  hd, bias is not None, tq == t)
   if bias is not None:
     bias = jnp.asarray(bias, jnp.float32)
-  out = _sdpa(heads(q * jnp.asarray(hd**-0.5, dtype)), heads(k), heads(v), bias)
-  return out.transpose(0, 2, 1, 3).reshape(b, t, d)
+  if chosen == "explicit":
+
+    def heads(x):
+      return x.reshape(b, x.shape[1], num_heads, hd).transpose(0, 2, 1, 3)
+
+    out = _sdpa(heads(q * jnp.asarray(hd**-0.5, dtype)), heads(k), heads(v), bias)
+    return out.transpose(0, 2, 1, 3).reshape(b, tq, d)
+  qh, kh, vh = (x.reshape(b, x.shape[1], num_heads, hd) for x in (q, k, v))
+  if chosen == "cudnn":
+    try:
+      out = jax.nn.dot_product_attention(qh, kh, vh, bias=bias, implementation="cudnn")
+      return out.reshape(b, tq, d)
+    except (ValueError, NotImplementedError, RuntimeError):
+      pass  # cuDNN refused these inputs (version, shape, dtype): XLA's own fusion below
+  out = jax.nn.dot_product_attention(qh, kh, vh, bias=bias, implementation="xla")
+  return out.reshape(b, tq, d)

@@ -7,6 +7,9 @@ On a pod call ``jax.distributed.initialize()`` first (``initialize_distributed``
 
 from __future__ import annotations
 
+import collections
+from typing import Any, Iterable, Iterator
+
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -53,3 +56,33 @@ def host_local_batch(mesh: Mesh, local: np.ndarray) -> jax.Array:
 
 def round_up(n: int, multiple: int) -> int:
   return -(-n // multiple) * multiple
+
+
+def prefetch_to_device(batches: Iterable[Any], size: int = 2, sharding=None,
+                       leaves=None) -> Iterator[Any]:
+  """Yields the items of ``batches`` with their arrays already put on the device(s), keeping
+  ``size`` items in flight: the transfer of the next batch is issued before the caller
+  dispatches its computation on the current one, so on an accelerator the copy overlaps the
+  previous batch's compute (transfers and computations are both asynchronous).
+
+  batches: an iterable of pytrees of host arrays. sharding: a ``jax.sharding.Sharding`` for
+  every array (e.g. ``batch_sharding(mesh)``), or None for the default device. leaves: a
+  function ``item -> (to_put, rest)`` when only part of each item is to be transferred; the
+  yielded item is then ``(put(to_put), rest)``. Order and count are those of ``batches``.
+  """
+  if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+    raise ValueError(f"prefetch size must be an int >= 1, got {size!r}")
+  queue: collections.deque = collections.deque()
+
+  def put(item):
+    if leaves is None:
+      return jax.device_put(item, sharding)
+    arrays, rest = leaves(item)
+    return jax.device_put(arrays, sharding), rest
+
+  for item in batches:
+    queue.append(put(item))
+    if len(queue) > size - 1:
+      yield queue.popleft()
+  while queue:
+    yield queue.popleft()

@@ -17,7 +17,7 @@ from platonic_jax import embed as embed_lib
 from platonic_jax.convert import hf as hf_convert, keymap
 from platonic_jax.core import fold as fold_lib, lora
 from platonic_jax.convert import registry
-from platonic_jax.models import clap
+from platonic_jax.models import clap, layers
 from platonic_jax.models.audio_features import AudioFeatureExtractor
 
 # unfused: freq_ratio 3 (16 mel bins folded into a 48x48 image), a 12x12 patch grid, window 4:
@@ -101,15 +101,16 @@ def encode_all(model, x, longer, ids, mask):
   audio embeddings with is_longer and with it flipped, the pooled audio output and the edit
   point's input (on the same inputs, so XLA computes the tower once), text embeddings."""
   graphdef, state = nnx.split(model.module)
-  if graphdef not in _ENCODERS:
+  key = (graphdef, layers.current_attention_impl())
+  if key not in _ENCODERS:
     def fn(s, x, l, i, k):
       m = nnx.merge(graphdef, s)
       n, x, l = x.shape[0], jnp.concatenate([x, x]), jnp.concatenate([l, ~l])
       return dict(audio=m.encode_audio(x, l)[:n], flipped=m.encode_audio(x, l)[n:],
                   pooled=m.audio_model(x, l)[:n],
                   hidden=m.audio_features_before_edit_point(x, l)[:n], text=m.encode_text(i, k))
-    _ENCODERS[graphdef] = jax.jit(fn)
-  return _ENCODERS[graphdef](state, x, longer, ids, mask)
+    _ENCODERS[key] = jax.jit(fn)
+  return _ENCODERS[key](state, x, longer, ids, mask)
 
 
 def features(n: int, name: str, seed: int = 0):
@@ -148,7 +149,8 @@ def pair(request, tmp_path_factory):
   return name, ref, hf_convert.load_model(str(d))
 
 
-def test_normalised_features_match(pair):
+@pytest.mark.parametrize("impl", ["explicit", "xla"])  # CPU's attention and the accelerators'
+def test_normalised_features_match(pair, impl):
   name, ref, ours = pair
   assert ours.family.name == "clap" and ours.family.edit_kind == "affine"
   x, longer = features(5, name)
@@ -158,7 +160,8 @@ def test_normalised_features_match(pair):
                                 is_longer=_t(longer[:, None])).pooler_output.numpy()
     tt = ref.get_text_features(input_ids=_t(ids).long(),
                                attention_mask=_t(mask).long()).pooler_output.numpy()
-  out = encode_all(ours, x, longer, ids, mask)
+  with layers.attention_impl(impl):
+    out = encode_all(ours, x, longer, ids, mask)
   oa, oa_flipped, ot = out["audio"], out["flipped"], out["text"]
   with torch.no_grad():
     pooled = ref.audio_model(input_features=_t(x), is_longer=_t(longer[:, None])).pooler_output

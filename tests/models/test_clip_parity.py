@@ -8,6 +8,7 @@ torch = pytest.importorskip("torch")
 
 from platonic_jax.convert import hf as hf_convert
 from platonic_jax import embed as embed_lib
+from platonic_jax.models import layers
 from tests import fixtures
 
 NAMES = sorted(fixtures.TINY_CLIPS)
@@ -30,15 +31,22 @@ def pair(request, tmp_path_factory):
   return name, ref, hf_convert.load_model(str(d)), d
 
 
-def test_normalised_features_match(pair):
+# Attention both ways on every backend: the written-out kernel (CPU's default) and
+# jax.nn.dot_product_attention (the accelerators'), each against the reference.
+IMPLS = ["explicit", "xla"]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_normalised_features_match(pair, impl):
   name, ref, ours, _ = pair
   x = fixtures.random_pixels(5, name)
   ids, mask = fixtures.random_ids(5, name, length=fixtures.TINY_CLIPS[name]["text"]["max_position_embeddings"])
   with torch.no_grad():
     ti = ref.get_image_features(pixel_values=_t(x)).pooler_output.numpy()
     tt = ref.get_text_features(input_ids=_t(ids).long(), attention_mask=_t(mask).long()).pooler_output.numpy()
-  oi = embed_lib.embed_images(ours, x, batch_size=4)
-  ot = np.asarray(ours.module.encode_text(jnp.asarray(ids), jnp.asarray(mask)))
+  with layers.attention_impl(impl):
+    oi = embed_lib.embed_images(ours, x, batch_size=4)
+    ot = np.asarray(ours.module.encode_text(jnp.asarray(ids), jnp.asarray(mask)))
   np.testing.assert_allclose(oi, _normalize(ti), atol=1e-4, rtol=0)
   np.testing.assert_allclose(_normalize(ot), _normalize(tt), atol=1e-4, rtol=0)
   np.testing.assert_allclose(float(ours.module.logit_scale[...]), float(ref.logit_scale.detach()), rtol=0, atol=0)

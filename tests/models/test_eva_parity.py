@@ -21,7 +21,7 @@ from flax import nnx
 
 import platonic_jax as pj
 from platonic_jax.convert import checkpoint, keymap
-from platonic_jax.models import eva
+from platonic_jax.models import eva, layers
 from tests import eva_fixtures as F
 
 MODULE_ATOL = 1e-5
@@ -117,11 +117,16 @@ def test_modules_match(pair, ours):
                                err_msg=f"{name}: {key}")
 
 
-def test_normalised_features_match(pair, ours):
+@pytest.mark.parametrize("impl", ["explicit", "xla"])  # CPU's attention and the accelerators'
+def test_normalised_features_match(pair, ours, impl):
   name, golden, model, _ = pair
-  image = pj.embed_images(model, golden.pixels, batch_size=2)
+  graphdef, state = nnx.split(model.module)
+  with layers.attention_impl(impl):
+    image = pj.embed_images(model, golden.pixels, batch_size=2)
+    text = jax.jit(lambda s, ids: nnx.merge(graphdef, s).encode_text(ids))(
+        state, jnp.asarray(golden.ids))
   np.testing.assert_allclose(image, _normalize(golden.out["image"]), atol=FEATURE_ATOL, rtol=0)
-  np.testing.assert_allclose(_normalize(ours["text"]), _normalize(golden.out["text"]),
+  np.testing.assert_allclose(_normalize(np.asarray(text)), _normalize(golden.out["text"]),
                              atol=FEATURE_ATOL, rtol=0)
   assert float(model.module.logit_scale[...]) == float(golden.out["logit_scale"])
   if "logit_bias" in golden.out:

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 import platonic_jax as pj
 from platonic_jax.convert import hf as hf_convert, keymap
-from platonic_jax.models import siglip2
+from platonic_jax.models import layers, siglip2
 from tests import siglip_fixtures as fx
 
 NAMES = sorted(fx.TINY_SIGLIP2S)
@@ -47,7 +47,8 @@ def _ref_image(ref, pv, mask, shapes):
                                   spatial_shapes=_t(shapes)).pooler_output.numpy()
 
 
-def test_normalised_features_match(pair):
+@pytest.mark.parametrize("impl", ["explicit", "xla"])  # CPU's attention and the accelerators'
+def test_normalised_features_match(pair, impl):
   name, ref, ours = pair
   assert ours.family.name == "siglip2" and ours.family.edit_kind == "head"
   pv, mask, shapes = fx.naflex_inputs(name, SHAPES, MAX_PATCHES)
@@ -57,9 +58,10 @@ def test_normalised_features_match(pair):
   with torch.no_grad():
     tt = ref.get_text_features(input_ids=_t(ids).long(),
                                attention_mask=_t(tmask).long()).pooler_output.numpy()
-  oi, ot = fx.run_jit(ours.module, lambda m, a, b, c, i, k: (m.encode_image(a, b, c),
-                                                              m.encode_text(i, k)),
-                      pv, mask, shapes, ids, tmask)
+  with layers.attention_impl(impl):
+    oi, ot = fx.run_jit(ours.module, lambda m, a, b, c, i, k: (m.encode_image(a, b, c),
+                                                                m.encode_text(i, k)),
+                        pv, mask, shapes, ids, tmask)
   np.testing.assert_allclose(_normalize(oi), _normalize(ti), atol=1e-4, rtol=0)
   np.testing.assert_allclose(_normalize(ot), _normalize(tt), atol=1e-4, rtol=0)
   assert float(ours.module.logit_scale[...]) == float(ref.logit_scale.detach()[0])

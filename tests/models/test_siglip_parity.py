@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 
 import platonic_jax as pj
 from platonic_jax.convert import hf as hf_convert, keymap
+from platonic_jax.models import layers
 from tests import siglip_fixtures as fx
 
 NAMES = sorted(fx.TINY_SIGLIPS)
@@ -37,7 +38,8 @@ def _text(name):
   return fx.TINY_SIGLIPS[name]["text"]
 
 
-def test_normalised_features_and_logits_match(pair):
+@pytest.mark.parametrize("impl", ["explicit", "xla"])  # CPU's attention and the accelerators'
+def test_normalised_features_and_logits_match(pair, impl):
   name, ref, ours = pair
   assert ours.family.name == "siglip" and ours.family.edit_kind == "head"
   x = fx.siglip_pixels(5, name)
@@ -49,9 +51,10 @@ def test_normalised_features_and_logits_match(pair):
     tt_masked = ref.get_text_features(input_ids=_t(ids).long(),
                                       attention_mask=_t(mask).long()).pooler_output.numpy()
     logits = ref(input_ids=_t(ids).long(), pixel_values=_t(x)).logits_per_image.numpy()
-  oi = pj.embed_images(ours, x, batch_size=4)
-  ot, ot_masked = fx.run_jit(ours.module, lambda m, i, k: (m.encode_text(i), m.encode_text(i, k)),
-                             ids, mask)
+  with layers.attention_impl(impl):
+    oi = pj.embed_images(ours, x, batch_size=4)
+    ot, ot_masked = fx.run_jit(ours.module,
+                               lambda m, i, k: (m.encode_text(i), m.encode_text(i, k)), ids, mask)
   np.testing.assert_allclose(oi, _normalize(ti), atol=1e-4, rtol=0)
   np.testing.assert_allclose(_normalize(ot), _normalize(tt), atol=1e-4, rtol=0)
   np.testing.assert_allclose(_normalize(ot_masked), _normalize(tt_masked), atol=1e-4, rtol=0)

@@ -27,6 +27,8 @@ import time
 import numpy as np
 from absl import app, flags
 
+from experiments import bench_common
+
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("sources", 64, "source descriptors S")
 flags.DEFINE_integer("n", 2000, "probes")
@@ -85,6 +87,7 @@ def main(argv):
   Z, G, Us = make_data(S, FLAGS.n, FLAGS.d, FLAGS.classes, FLAGS.cone, FLAGS.seed)
   print(f"problem: S={S} sources, Z ({FLAGS.n}, {FLAGS.d}), U ({FLAGS.n}, {FLAGS.classes}), "
         f"{R} ranks {ranks} x {L} ridges {ridges} = {S * R * L} dense (d, d) operators, fp32")
+  print(bench_common.machine_line())
   print(f"machine: {os.cpu_count()} cores, jax {jax.__version__} on {jax.devices()[0].platform}, "
         f"numpy {np.__version__}; load average {os.getloadavg()[0]:.2f} at start")
 

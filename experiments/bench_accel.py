@@ -154,7 +154,7 @@ def random_clip(v: flops.ViT, seed: int = 0):
   from flax import nnx
   from platonic_jax.models import clip
   from platonic_jax.models.dual_encoder import DualEncoder
-  from platonic_jax.models.registry import FAMILIES
+  from platonic_jax.convert.registry import FAMILIES
   spec = clip.ClipSpec(
       vision=clip.TowerSpec(hidden_size=v.hidden, intermediate_size=v.mlp_width,
                             num_hidden_layers=v.layers, num_attention_heads=v.heads,

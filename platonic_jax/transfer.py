@@ -43,6 +43,7 @@ from platonic_jax.core.descriptor import Descriptor, Provenance, check_int, chec
 from platonic_jax.core.grid import Grid, make_grid
 from platonic_jax.core.operator import Operator
 from platonic_jax.models.dual_encoder import DualEncoder
+from platonic_jax.models.preprocess import NaflexInputs
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -75,12 +76,14 @@ def _check_model(model, what: str) -> None:
     raise TypeError(f"{what} must be a DualEncoder (pj.load_model), got {type(model).__name__}")
 
 
-def pixels(model: DualEncoder, images) -> np.ndarray:
-  """The model's input array ``(n, 3, H, W)`` float32 for ``images``.
+def pixels(model: DualEncoder, images):
+  """The model's image inputs for ``images``: an array ``(n, 3, H, W)`` float32, or for a
+  SigLIP2 NaFlex model ``NaflexInputs`` (pixel_values (n, P, 3*p*p), pixel_attention_mask
+  (n, P), spatial_shapes (n, 2)).
 
-  images: a preprocessed float array ``(n, 3, H, W)`` (returned as is after a shape check), a
-  list of PIL images (the model's preprocessor), or a loader ``Split`` (read and preprocessed
-  with the model's preprocessor; every example must decode).
+  images: preprocessed inputs (a float array ``(n, 3, H, W)`` or ``NaflexInputs``, returned
+  after a check), a list of PIL images (the model's preprocessor), or a loader ``Split`` (read
+  and preprocessed with the model's preprocessor; every example must decode).
 
   Example::
 
@@ -97,18 +100,25 @@ def pixels(model: DualEncoder, images) -> np.ndarray:
     if len(arrays.labels) != len(images):
       raise ValueError(f"{where}: {len(images) - len(arrays.labels)} examples could not be "
                        "decoded")
-    return np.asarray(arrays.inputs, np.float32)
+    return _inputs(arrays.inputs)
   if isinstance(images, (list, tuple)):
     if not images:
       raise ValueError("images is empty")
     if model.preprocessor is None:
       raise ValueError(f"model {model.name!r} has no image preprocessor; pass preprocessed "
                        f"images (n, {want[0]}, {want[1]}, {want[2]})")
-    return np.asarray(model.preprocessor(list(images)), np.float32)
+    return _inputs(model.preprocessor(list(images)))
+  if isinstance(images, NaflexInputs):
+    return train.check_images(model, images)
   if not isinstance(images, np.ndarray) and not hasattr(images, "__array__"):
     raise TypeError(f"images must be an array (n, {want[0]}, {want[1]}, {want[2]}), a list of "
                     f"PIL images or a loader Split, got {type(images).__name__}")
   return train.check_images(model, images)
+
+
+def _inputs(x):
+  """A preprocessor's output as model inputs: NaflexInputs as they are, arrays as float32."""
+  return x if isinstance(x, NaflexInputs) else np.asarray(x, np.float32)
 
 
 def task_grid(task) -> Grid:
@@ -132,9 +142,9 @@ def _grid_pixels(model: DualEncoder, grid: Grid, probes) -> np.ndarray:
     raise TypeError(f"grid must be a Grid (pj.make_grid or pj.task_grid), got "
                     f"{type(grid).__name__}")
   X = pixels(model, probes)
-  if X.shape[0] != grid.n:
-    raise ValueError(f"grid {grid.task!r} has n={grid.n} probes but {X.shape[0]} probe images "
-                     f"were given; pass the grid's own probes, in its row order")
+  if train.num_rows(X) != grid.n:
+    raise ValueError(f"grid {grid.task!r} has n={grid.n} probes but {train.num_rows(X)} probe "
+                     "images were given; pass the grid's own probes, in its row order")
   return X
 
 

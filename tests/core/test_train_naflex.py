@@ -290,3 +290,24 @@ def test_study_embeds_in_memory_naflex_inputs(naflex, tmp_path):
                 source=dict(rank=4, steps=2, lr=1e-3, batch=8, seed=0), log=lambda s: None)
   np.testing.assert_array_equal(again.emb("n", "mem").probes, study.emb("n", "mem").probes)
   assert again.counts["embed_images"] == 0  # from the content-keyed cache
+
+
+def test_the_pj_transfer_steps_take_a_naflex_model(naflex):
+  """pj.pixels keeps a NaFlex model's NaflexInputs (PIL images in, the preprocessor's output
+  out), and the pj. steps run on them: a source fine-tune, its descriptor on the grid, the
+  operator (the head edit, SigLIP2 being a residual-head family) and the fold."""
+  model, x, labels, G = naflex
+  X = pj.pixels(model, pil_images(24))
+  assert isinstance(X, NaflexInputs)
+  np.testing.assert_array_equal(X.pixel_values, x.pixel_values)
+  assert pj.pixels(model, x) is not None and isinstance(pj.pixels(model, x), NaflexInputs)
+  ft = pj.finetune_source(model, X, labels, G, steps=3, batch=8)
+  grid = make_grid("naflex-task", list(range(24)), ["a", "b", "c"], ["a photo of a {}."])
+  U = pj.read_descriptor(model, ft, grid, X)
+  assert np.asarray(U.only.U).shape == (24, C)
+  op = pj.operator_for(model, U, X)
+  edited = pj.fold(model, [(op, 0.5)])
+  Z = pj.embed_images(edited, X)
+  assert Z.shape[0] == 24 and np.isfinite(Z).all()
+  with pytest.raises(ValueError, match="n=24 probes but 23 probe images"):
+    pj.read_descriptor(model, ft, grid, X[:23])

@@ -67,6 +67,8 @@ def render_main_job(records: Sequence[dict], summary: dict | None) -> str:
   from platonic_jax.pipeline import format_tables
   cell = records[0]
   controls = [t for t in cell["accuracy"] if t not in cell["tasks"]]
+  if summary and sorted(summary.get("controls", [])) == sorted(controls):
+    controls = list(summary["controls"])  # the order the job printed its columns in
   parts = [f"## main job ({len(records)} records)\n", "```", format_tables(records, controls).strip(),
            "```\n"]
   if summary:

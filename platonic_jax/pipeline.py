@@ -682,6 +682,7 @@ def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
       "rule": cfg.get("selection_rule", "min"),
       "operators": {"/".join(k): [op.rank, op.ridge] for k, op in sorted(ops.items())}}
   summary["method"] = options.method_block(cfg)
+  summary["controls"] = list(controls)  # in the tables' column order
   summary["runtime_s"] = round(time.time() - t0 + sum(
       i.get("seconds", 0.0) for i in getattr(world, "pretrain_info", {}).values()
       if not i.get("cached")), 1)

@@ -38,26 +38,23 @@ def main_job_records(p: str) -> list[dict] | None:
   record per cell and method, no sweep fields), or None when ``p`` is a sweep's file."""
   p = _path(p)
   with open(p) as f:
-    first = next((line for line in f if line.strip()), None)
+    lines = [(i, line) for i, line in enumerate(f) if line.strip()]
   try:
-    rec = json.loads(first) if first else None
+    rec = json.loads(lines[0][1]) if lines else None
   except ValueError:
     return None  # read_records names the bad line
   if not isinstance(rec, dict) or "experiment" in rec or not MAIN_JOB_FIELDS <= set(rec):
     return None
   out = []
-  with open(p) as f:
-    for i, line in enumerate(f):
-      if not line.strip():
-        continue
-      try:
-        r = json.loads(line)
-      except ValueError as e:
-        raise ValueError(f"{p}, line {i + 1}: not a JSON record ({e})") from None
-      if not isinstance(r, dict) or not MAIN_JOB_FIELDS <= set(r):
-        raise ValueError(f"{p}, line {i + 1}: not a main-job record (needs "
-                         f"{sorted(MAIN_JOB_FIELDS)})")
-      out.append(r)
+  for i, line in lines:
+    try:
+      r = json.loads(line)
+    except ValueError as e:
+      raise ValueError(f"{p}, line {i + 1}: not a JSON record ({e})") from None
+    if not isinstance(r, dict) or not MAIN_JOB_FIELDS <= set(r):
+      raise ValueError(f"{p}, line {i + 1}: not a main-job record (needs "
+                       f"{sorted(MAIN_JOB_FIELDS)})")
+    out.append(r)
   return out
 
 
@@ -69,8 +66,8 @@ def render_main_job(records: Sequence[dict], summary: dict | None) -> str:
   controls = [t for t in cell["accuracy"] if t not in cell["tasks"]]
   if summary and sorted(summary.get("controls", [])) == sorted(controls):
     controls = list(summary["controls"])  # the order the job printed its columns in
-  parts = [f"## main job ({len(records)} records)\n", "```", format_tables(records, controls).strip(),
-           "```\n"]
+  parts = [f"## main job ({len(records)} records)\n", "```",
+           format_tables(records, controls).strip(), "```\n"]
   if summary:
     for k in ("oracle_retention", "consensus_retention"):
       if k in summary:

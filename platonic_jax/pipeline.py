@@ -569,14 +569,14 @@ def parse_cell(spec: str) -> tuple[str, str, str, tuple[str, ...]]:
   return kind, target, source, names
 
 
-def export_cells(cfg, names: Sequence[str]) -> list[tuple[str, str, str, tuple[str, ...]]]:
-  """The parsed ``cfg.export_cells`` (``parse_cell``), checked before anything is built:
+def export_cells(cfg, names: Sequence[str]) -> list[tuple[str, str, str, str, tuple[str, ...]]]:
+  """``cfg.export_cells`` as (spec, *``parse_cell(spec)``), checked before anything is built:
   families of the run, downstream tasks of the run (an addition pair of two different ones), an
   affine-head target (``arch`` "clip"), no cell named twice."""
-  specs = list(cfg.get("export_cells", ()) or ())
   if isinstance(cfg.get("export_cells", ()), str):
     raise ValueError("export_cells must be a tuple of cells, e.g. "
                      "--config.export_cells=\"('clip-a<-siglip-b:shape+color',)\"")
+  specs = list(cfg.get("export_cells", ()) or ())
   _check_unique("export cells", specs)
   families = list(cfg.get("families") or ()) or list(cfg.world.families)
   out = []
@@ -593,7 +593,7 @@ def export_cells(cfg, names: Sequence[str]) -> list[tuple[str, str, str, tuple[s
       raise ValueError(f"export cell {spec!r}: target {tg!r} is a residual-head family "
                        f"({cfg.world.families[tg].arch}); its closed form is the embedding "
                        "operator, which no checkpoint holds")
-    out.append((kind, tg, s, cell_tasks))
+    out.append((spec, kind, tg, s, cell_tasks))
   return out
 
 
@@ -604,11 +604,10 @@ def export_edited(models, ops, cells, cfg, out_dir: str, log=print) -> dict:
   from platonic_jax.convert.hf import export_hf
   from platonic_jax.core.fold import fold
   out = {}
-  for kind, tg, s, cell_tasks in cells:
+  for spec, kind, tg, s, cell_tasks in cells:
     strength = cfg.alpha if kind == "addition" else -cfg.negation_lambda
     terms = [(ops[(tg, t, s)], strength) for t in cell_tasks]
     sign = "+" if kind == "addition" else "-"
-    spec = f"{tg}<-{s}:" + ("+".join(cell_tasks) if kind == "addition" else f"-{cell_tasks[0]}")
     path = os.path.join(out_dir, f"{tg}__{s}__{sign}{'+'.join(cell_tasks)}")
     export_hf(fold(models[tg], terms), path)
     out[spec] = path

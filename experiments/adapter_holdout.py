@@ -62,20 +62,12 @@ def main(argv):
   chosen = pipeline.choose_adapter_cells(list(models), names, cfg.adapter.cells, cfg.seed)
   cells = [(tg, c[0], c[1][0], sign) for sign, key in ((1.0, "addition"), (-1.0, "negation"))
            for tg, c in chosen[key]]
-  need = sorted({t for _, ts, _, _ in cells for t in ts})
-  tasks = {t: world.tasks[t] for t in need}
-  emb = pipeline.embed_all(models, tasks)
-  pad = pipeline.source_pad(world.tasks, names)  # the main job's padded heads
-  sources = {}
-  for s in sorted({s for _, _, s, _ in cells}):
-    sources.update(pipeline.finetune_sources({s: models[s]}, tasks, emb,
-                                             sorted({t for _, ts, src, _ in cells if src == s
-                                                     for t in ts}), cfg.source, log=lambda _: None,
-                                             pad=pad, workers=cfg.get("workers", 1)))
+  study = pipeline.make_study(world, cfg, names, log=lambda _: None)  # the main job's engine
+  study.sources([(s, t) for _, ts, s, _ in cells for t in ts])
   held = {r: [] for r in recipes}
   for tg, ts, s, sign in cells:
-    desc = pipeline.edit_descriptor(sources, emb, s, ts, tg, cfg, sign)
-    probes, G = pipeline.adapter_probes(tasks, emb[tg], ts)
+    desc = study.edit_descriptor(tg, ts, (s,) * len(ts), sign)
+    probes, G = study.adapter_inputs(tg, ts)
     label = f"{tg}<-{s}: {'+' if sign > 0 else '-'}{'+'.join(ts)}"
     for steps, lr in recipes:
       t0 = time.time()

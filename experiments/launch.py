@@ -73,15 +73,13 @@ def check_workdir(workdir: str) -> None:
 
 
 def use_compilation_cache(cfg) -> None:
-  """With ``cfg.compilation_cache`` on, compiled XLA programs persist next to the pretrained
-  weights (``<cache root>/xla``), so a warm rerun skips compiling them."""
+  """With ``cfg.compilation_cache`` on, compiled XLA programs persist in the engine's one
+  compilation cache (``study.compilation_cache_dir`` of the main job's cache directory,
+  ``pipeline.cache_dir``: the suite's too), so a warm rerun skips compiling them."""
   if not cfg.compilation_cache:
     return
-  import jax
-
-  from platonic_jax.data.toyworld.world import cache_root
-  jax.config.update("jax_compilation_cache_dir", os.path.join(cache_root(cfg.world), "xla"))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+  from platonic_jax import pipeline, study
+  study.use_compilation_cache(pipeline.cache_dir(cfg))
 
 
 def build_world(cfg, log: Callable[[str], None] | None = None):

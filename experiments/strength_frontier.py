@@ -39,7 +39,6 @@ _PICKS = flags.DEFINE_list("picks", ["min", "1se", "cap2"], "operator picks to e
 
 def main(argv):
   del argv
-  from platonic_jax import pipeline
   from platonic_jax.eval import frontier
 
   logging.set_verbosity(logging.WARNING)
@@ -53,10 +52,9 @@ def main(argv):
   launch.check_workdir(_WORKDIR.value)
   world, p = launch.prepare(cfg, "strength_frontier", log)  # the main job's stages 1-3
   models = list(world.models)
-  calibrate = bool(cfg.get("calibrate", False))
 
   def descriptor(tg, t, s):
-    return pipeline.operator_descriptor(p.sources, p.emb, models, tg, t, s, calibrate)
+    return p.study.descriptor(s, t, target=tg)
   result = {}
   for pick in picks:
     ops = frontier.repick(p.ops, p.emb, descriptor, pick)

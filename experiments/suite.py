@@ -19,16 +19,13 @@ def default_workdir(config) -> str:
 
 def main(config, workdir: str | None, log: Callable[[str], None] = print) -> tables.Outcome:
   """The launcher's half (``experiments.main``): compilation cache, run, report."""
-  import jax
-  from platonic_jax.study import default_cache_dir
+  from platonic_jax.study import use_compilation_cache
   from platonic_jax.sweep import check_writable_dir
   tables.get(config.experiment)  # fail on an unknown experiment before any model is loaded
   workdir = workdir or default_workdir(config)
   check_writable_dir(workdir, "--workdir")  # and on a workdir it could not write
   if config.compilation_cache:
-    jax.config.update("jax_compilation_cache_dir",
-                      os.path.join(config.cache_dir or default_cache_dir(), "xla"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    use_compilation_cache(config.cache_dir)
   log(f"experiment {config.experiment} ({config.variant}) -> {workdir}")
   outcome = tables.run(config, workdir, log=log)
   md, pngs = report.write([os.path.join(workdir, tables.RESULTS)], workdir)

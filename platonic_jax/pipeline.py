@@ -1,241 +1,42 @@
-"""The method end to end over a set of models and tasks (the main job's library half).
+"""The main job: the whole method over a toy world's families and tasks, as one experiment of
+the engine (``platonic_jax.study``: cached embeddings, source fine-tunes and operators, and
+``cell_accuracies``, the cell every experiment reads), run as a resumable sweep
+(``platonic_jax.sweep``).
 
-Stages, each a plain function over arrays and models:
+Stages:
 
-1. ``embed_all``: every model's class embeddings, probe and test embeddings for every task.
-2. ``finetune_sources``: a rank-4 labeled LoRA fine-tune per (model, downstream task); its
-   probe embeddings give the Universal Task Descriptor ``U = (A_ft - A_pre) H_C``.
-3. ``solve_operators``: per (target, task, source) the closed-form operator with label-free
-   selection of (rank, ridge); a random-UTD control per (target, task, source); per (target,
-   task) the operator of the consensus of the other families' descriptors.
-4. ``addition_cells`` / ``negation_cells``: every cell evaluated for every method on the
-   composed (or removed) tasks and the controls, against the target's zero-shot accuracy.
-5. ``summarize``: mean changes in points, the paper's Table 1/2 layouts, Figure 2's curve.
+1. ``prepare``: a ``Study`` of the world (the config's method options), every model's
+   embeddings, a rank-4 labeled LoRA fine-tune per (model, downstream task) (its descriptor
+   ``U = (A_ft - A_pre) H_C``), and per (target, task) the closed-form operators of every source
+   with label-free selection of (rank, ridge), a random-UTD control per source and the operator
+   of the consensus of the other families' descriptors.
+2. ``run``: every addition and negation cell (``cells``) for every method, one sweep record per
+   cell in ``WORKDIR/cells.jsonl`` (a killed run resumes where it stopped), then Figure 2's
+   curve, ``summarize`` (mean changes in points, the paper's Table 1/2 layouts) and the outputs.
 
 Controls never enter any fit; no stage after the source fine-tunes reads a label.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
-import functools
 import itertools
 import json
 import math
-import operator
 import os
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-import jax
 import numpy as np
 
-from platonic_jax import embed as embed_lib
-from platonic_jax.core import adapter as adapter_lib
-from platonic_jax.core import baselines, options, train
-from platonic_jax.core.analysis import (  # noqa: F401  (CONSENSUS: pipeline.CONSENSUS)
-    CONSENSUS, calibration_factor, consensus, random_utd)
-from platonic_jax.core.descriptor import Descriptor, Provenance, check_int
-from platonic_jax.core.grid import make_grid
-from platonic_jax.core.operator import Operator
-from platonic_jax.core.select import check_rule, select_rank_ridge
-from platonic_jax.eval.zeroshot import closed_form_accs, test_accuracy  # noqa: F401
-from platonic_jax.models.preprocess import NaflexInputs
+from platonic_jax.core import options
+from platonic_jax.core.analysis import CONSENSUS
+from platonic_jax.core.descriptor import check_int
+from platonic_jax.core.select import check_rule
+from platonic_jax.study import adapter_kwargs, cell_accuracies  # noqa: F401  (re-exported)
 
 METHODS = ("closed_form", "consensus", "adapter", "oracle", "random_utd", "weight_space")
-
-
-@dataclasses.dataclass
-class TaskEmbeddings:
-  """One model on one task: G (C, d) head, probes (n, d), test (N, d) normalised embeddings."""
-  G: np.ndarray
-  probes: np.ndarray
-  test: np.ndarray
-
-
-def task_grid(task):
-  return make_grid(task.name, task.probe_ids, task.classnames, task.templates)
-
-
-BATCH = 512
-
-
-def embed_unique(model, arrays: Sequence[Any]) -> list[np.ndarray]:
-  """Normalised embeddings of each image array (n_i, 3, H, W) (or ``NaflexInputs`` of n_i
-  images, for a SigLIP2 NaFlex model); arrays shared between tasks (the same object) are
-  embedded once, and all distinct ones in a single run."""
-  distinct = {}
-  for a in arrays:
-    distinct.setdefault(id(a), a)
-  keys = list(distinct)
-  parts = [distinct[k] for k in keys]
-  if any(isinstance(p, NaflexInputs) for p in parts):
-    joined = NaflexInputs.concatenate(parts)  # TypeError naming a part that is not
-  else:
-    joined = np.concatenate(parts)
-  Z = embed_lib.embed_images(model, joined, batch_size=BATCH, progress=False)
-  out, start = {}, 0
-  for k in keys:
-    out[k] = Z[start:start + len(distinct[k])]
-    start += len(distinct[k])
-  return [out[id(a)] for a in arrays]
-
-
-def embed_model(model, tasks: Mapping[str, Any]) -> dict:
-  """{task: TaskEmbeddings} of one model: one text run for every head, one image run."""
-  names = list(tasks)
-  Gs = embed_lib.class_embeddings_many(model, [(tasks[t].classnames, tasks[t].templates)
-                                               for t in names])
-  Zs = embed_unique(model, [tasks[t].probes for t in names] + [tasks[t].test[0] for t in names])
-  return {t: TaskEmbeddings(G=Gs[i], probes=Zs[i], test=Zs[len(names) + i])
-          for i, t in enumerate(names)}
-
-
-def embed_all(models: Mapping[str, Any], tasks: Mapping[str, Any]) -> dict:
-  """{model: {task: TaskEmbeddings}} of the pre-trained models."""
-  return {m: embed_model(model, tasks) for m, model in models.items()}
-
-
-@dataclasses.dataclass
-class Source:
-  """A labeled source fine-tune of ``model`` on ``task`` and the descriptor it yields."""
-  model: str
-  task: str
-  finetuned: Any
-  descriptor: Descriptor
-  ceiling: float  # the fine-tune's own test accuracy (paper Table 22)
-
-
-def source_pad(tasks, names: Sequence[str]) -> int:
-  """The class count source heads are padded to for ``names``: the largest among them."""
-  return max(len(tasks[t].classnames) for t in names)
-
-
-def finetune_sources(models, tasks, emb, names: Sequence[str], cfg, log=print,
-                     pad: int | None = None, workers: int = 1) -> dict:
-  """{(model, task): Source} for every model and downstream task in ``names``.
-
-  Heads are padded to ``pad`` classes (default ``source_pad(tasks, names)``;
-  ``train.pad_head``: identical training up to float rounding), so each model compiles one
-  fine-tuning step for all its tasks. A caller fine-tuning a subset passes the full run's
-  ``pad`` to reproduce its sources bit for bit. ``workers`` fine-tunes run at once in threads
-  (each its own seeded run of the same compiled step, so the sources are identical to
-  ``workers=1``; on a 2-core CPU two workers keep both cores busy between the tiny steps'
-  dispatches); the result is in (model, task) order either way, progress lines in finishing
-  order.
-  """
-  workers = int(workers)
-  if workers < 1:
-    raise ValueError(f"workers must be a positive integer, got {workers}")
-  if pad is None:
-    pad = source_pad(tasks, names)
-
-  def one(item):
-    m, t = item
-    task, e = tasks[t], emb[m][t]
-    t0 = time.time()
-    ft = train.finetune_source(models[m], task.train[0], task.train[1], e.G, rank=cfg.rank,
-                               steps=cfg.steps, lr=cfg.lr, batch=cfg.batch, seed=cfg.seed,
-                               pad_classes=pad)
-    ft_probes, ft_test = embed_unique(ft, [task.probes, task.test[0]])
-    desc = Descriptor.from_embeddings(task_grid(task), e.probes, ft_probes, e.G,
-                                      provenance=Provenance(source=m, finetune=f"{m}/{t}/lora4"))
-    src = Source(m, t, ft, desc, test_accuracy(ft_test, task, e.G))
-    log(f"  fine-tune {m:>8s} on {t:<10s} zero-shot {test_accuracy(e.test, task, e.G):5.1f}"
-        f" -> {src.ceiling:5.1f}  ({time.time() - t0:.1f}s)")
-    return src
-
-  items = [(m, t) for m in models for t in names]
-  if workers == 1:
-    done = [one(item) for item in items]
-  else:
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-      done = list(pool.map(one, items))
-  return dict(zip(items, done))
-
-
-def source_descriptor(sources, emb, s: str, t: str, tg: str, calibrate: bool) -> Descriptor:
-  """Source ``s``'s descriptor on task ``t`` as target ``tg`` reads it: as measured, or with
-  ``calibrate`` rescaled into the target's cosine units (``analysis.calibration_factor`` of
-  the two models' affinity spreads on the grid; 1 for the target's own descriptor)."""
-  desc = sources[(s, t)].descriptor
-  if not calibrate or s == tg:
-    return desc
-  es, et = emb[s][t], emb[tg][t]
-  return calibration_factor(es.probes, es.G, et.probes, et.G) * desc
-
-
-def consensus_descriptor(sources, emb, models, t: str, tg: str, calibrate: bool) -> Descriptor:
-  """METHOD's consensus descriptor for target ``tg`` on task ``t``: the mean of every other
-  family's descriptor as ``tg`` reads it (``source_descriptor``), a cross-model source of its
-  own (no descriptor of the target enters it). With one other family it is that family's
-  descriptor."""
-  others = [s for s in models if s != tg]
-  if not others:
-    raise ValueError(f"a consensus for target {tg!r} needs another family; have {list(models)}")
-  return consensus([source_descriptor(sources, emb, s, t, tg, calibrate) for s in others])
-
-
-def operator_descriptor(sources, emb, models, tg: str, t: str, s: str,
-                        calibrate: bool) -> Descriptor:
-  """The descriptor ``solve_operators`` solved for ``ops[(tg, t, s)]``, ``s`` a model or
-  ``CONSENSUS`` (random-UTD draws are not rebuilt here)."""
-  if s == CONSENSUS:
-    return consensus_descriptor(sources, emb, models, t, tg, calibrate)
-  return source_descriptor(sources, emb, s, t, tg, calibrate)
-
-
-def solve_operators(models, tasks, emb, sources, names, cfg, log=print) -> dict:
-  """{(target, task, source): Operator}; sources "random~<model>" are the random-UTD
-  controls and ``CONSENSUS`` the consensus of the other families (``consensus_descriptor``).
-
-  The random control for (target, task) draws one Gaussian descriptor per source, scaled to
-  that source's ``||U||_F`` (after calibration when ``cfg.calibrate``), and solves it through
-  the same label-free selection. The consensus (where there are two families or more) goes
-  through the same selection in a call of its own, so the per-source operators are those of a
-  run without it.
-  """
-  if CONSENSUS in models:
-    raise ValueError(f"a family may not be named {CONSENSUS!r}: that name holds the consensus "
-                     "operators")
-  ops = {}
-  key = jax.random.key(cfg.seed)
-  calibrate = bool(cfg.get("calibrate", False))
-  rule = cfg.get("selection_rule", "min")
-  for tg, model in models.items():
-    target_id = model.target_id
-    for t in names:
-      e = emb[tg][t]
-      descs = {}
-      for s in models:
-        desc = source_descriptor(sources, emb, s, t, tg, calibrate)
-        key, sub = jax.random.split(key)
-        grid = desc.only.grid
-        descs[s] = desc
-        descs["random~" + s] = Descriptor.single(grid, random_utd(grid, desc.only.U, sub),
-                                                 provenance=Provenance(source=f"random~{s}"))
-      # one batched selection over every source of this (target, grid)
-      select = functools.partial(select_rank_ridge, e.probes, e.G, folds=cfg.folds,
-                                 seed=cfg.seed,
-                                 include_ceiling=bool(cfg.get("include_ceiling", False)),
-                                 rule=rule)
-      sels = select(np.stack([np.asarray(d.only.U) for d in descs.values()]))
-      if len(models) > 1:  # the mean of the other families' descriptors (consensus_descriptor)
-        cons = consensus([descs[s] for s in models if s != tg])
-        sels += select(np.asarray(cons.only.U)[None])
-        descs[CONSENSUS] = cons
-      for (s, desc), sel in zip(descs.items(), sels):
-        op = Operator.solve(e.probes, e.G, desc, target_id=target_id, rank=sel.rank,
-                            ridge=sel.ridge, source=s)
-        ops[(tg, t, s)] = dataclasses.replace(op, selection=sel)
-    log(f"  solved operators for target {tg}")
-  return ops
-
-
-def _model_accs(model, tasks, emb_t, eval_tasks) -> dict:
-  Zs = embed_unique(model, [tasks[t].test[0] for t in eval_tasks])
-  return {t: test_accuracy(Z, tasks[t], emb_t[t].G) for t, Z in zip(eval_tasks, Zs)}
+CELLS = "cells.jsonl"  # the sweep's records: one per finished cell, read back on a rerun
 
 
 def _record(kind, target, cell_tasks, srcs, method, accs, zs, controls, role):
@@ -247,115 +48,48 @@ def _record(kind, target, cell_tasks, srcs, method, accs, zs, controls, role):
           "controls": float(np.mean([accs[c] - zs[c] for c in controls]))}
 
 
-def edit_descriptor(sources, emb, s: str, cell_tasks: Sequence[str], tg: str, cfg,
-                    sign: float = 1.0) -> Descriptor:
-  """The edit an adapter cell fits: ``sign`` times the sum of source ``s``'s descriptors on
-  ``cell_tasks`` as target ``tg`` reads them (``source_descriptor``, ``cfg.calibrate``)."""
-  calibrate = bool(cfg.get("calibrate", False))
-  descs = [source_descriptor(sources, emb, s, t, tg, calibrate) for t in cell_tasks]
-  return sign * functools.reduce(operator.add, descs)
+def cells(models: Sequence[str], names: Sequence[str], chosen: dict) -> list[dict]:
+  """The main job's cells, in its records' order: per target, every task pair (addition) or task
+  (negation) with every source family and then, with two families or more, the consensus;
+  ``adapter`` marks the cells of ``chosen`` (``choose_adapter_cells``)."""
+  out = []
+  for kind, groups in (("addition", list(itertools.combinations(names, 2))),
+                       ("negation", [(t,) for t in names])):
+    marked = set(chosen[kind])
+    for tg in models:
+      for ts in groups:
+        for s in models:
+          out.append({"kind": kind, "target": tg, "tasks": list(ts), "source": s,
+                      "adapter": (tg, (tuple(ts), (s,) * len(ts))) in marked})
+        if len(models) > 1:
+          out.append({"kind": kind, "target": tg, "tasks": list(ts), "source": CONSENSUS,
+                      "adapter": False})
+  return out
 
 
-def adapter_kwargs(cfg) -> dict:
-  """``fit_adapter``'s recipe from the config's ``adapter`` block, seeded by ``cfg.seed``."""
-  a = cfg.adapter
-  return dict(rank=a.rank, steps=a.steps, lr=a.lr, batch=a.batch, seed=cfg.seed,
-              keep=a.get("keep", 0.0))
-
-
-def adapter_probes(tasks, emb_t, names):
-  """(probes, G) as ``fit_adapter`` takes them for ``names``: {task: (probe_ids, images)} and
-  {task: the target's class embeddings (C, d)} (``emb_t``: the target's ``embed_model``)."""
-  probes = {t: (tasks[t].probe_ids, tasks[t].probes) for t in names}
-  G = {t: emb_t[t].G for t in names}
-  return probes, G
-
-
-def addition_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg,
-                   adapter_cells, log=print) -> list[dict]:
-  """Every (target, task pair, source) addition cell at strength ``cfg.alpha``, and per (target,
-  task pair) the consensus cell (``CONSENSUS`` operators, method "consensus"), where ``ops``
-  has them."""
-  recs = []
-  alpha = cfg.alpha
-  for tg, model in models.items():
-    e = emb[tg]
-    for a, b in itertools.combinations(names, 2):
-      evals = (a, b) + tuple(controls)
-      for s in models:
-        cell = ((a, b), (s, s))
-        terms = [(ops[(tg, a, s)], alpha), (ops[(tg, b, s)], alpha)]
-        accs = closed_form_accs(e, tasks, evals, terms)
-        recs.append(_record("addition", tg, (a, b), (s, s), "closed_form", accs, zs[tg], controls,
-                            "composed"))
-        rterms = [(ops[(tg, a, "random~" + s)], alpha), (ops[(tg, b, "random~" + s)], alpha)]
-        recs.append(_record("addition", tg, (a, b), (s, s), "random_utd",
-                            closed_form_accs(e, tasks, evals, rterms), zs[tg], controls, "composed"))
-        if s != tg:  # the oracle: the target's own descriptors, read against cross-model cells
-          oterms = [(ops[(tg, a, tg)], alpha), (ops[(tg, b, tg)], alpha)]
-          recs.append(_record("addition", tg, (a, b), (s, s), "oracle",
-                              closed_form_accs(e, tasks, evals, oterms), zs[tg], controls,
-                              "composed"))
-        else:
-          ws = baselines.weight_space_arithmetic(
-              model, [(sources[(tg, a)].finetuned, cfg.weight_space_lambda),
-                      (sources[(tg, b)].finetuned, cfg.weight_space_lambda)])
-          recs.append(_record("addition", tg, (a, b), (s, s), "weight_space",
-                              _model_accs(ws, tasks, e, evals), zs[tg], controls, "composed"))
-        if (tg, cell) in adapter_cells:
-          desc = edit_descriptor(sources, emb, s, (a, b), tg, cfg)
-          probes, G = adapter_probes(tasks, e, (a, b))
-          t0 = time.time()
-          ad = adapter_lib.fit_adapter(model, desc, probes, G, **adapter_kwargs(cfg))
-          recs.append(_record("addition", tg, (a, b), (s, s), "adapter",
-                              _model_accs(ad, tasks, e, evals), zs[tg], controls, "composed"))
-          log(f"  adapter addition {tg} <- {s}: {a}+{b}  ({time.time() - t0:.1f}s)")
-      if (tg, a, CONSENSUS) in ops:
-        cterms = [(ops[(tg, a, CONSENSUS)], alpha), (ops[(tg, b, CONSENSUS)], alpha)]
-        recs.append(_record("addition", tg, (a, b), (CONSENSUS, CONSENSUS), "consensus",
-                            closed_form_accs(e, tasks, evals, cterms), zs[tg], controls,
-                            "composed"))
-  return recs
-
-
-def negation_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg, adapter_cells,
-                   log=print) -> list[dict]:
-  """Every (target, task, source) negation cell at strength ``cfg.negation_lambda``, and per
-  (target, task) the consensus cell, where ``ops`` has them."""
-  recs = []
-  lam = cfg.negation_lambda
-  for tg, model in models.items():
-    e = emb[tg]
-    for t in names:
-      evals = (t,) + tuple(controls)
-      for s in models:
-        accs = closed_form_accs(e, tasks, evals, [(ops[(tg, t, s)], -lam)])
-        recs.append(_record("negation", tg, (t,), (s,), "closed_form", accs, zs[tg], controls,
-                            "removed"))
-        recs.append(_record("negation", tg, (t,), (s,), "random_utd",
-                            closed_form_accs(e, tasks, evals, [(ops[(tg, t, "random~" + s)], -lam)]),
-                            zs[tg], controls, "removed"))
-        if s != tg:
-          recs.append(_record("negation", tg, (t,), (s,), "oracle",
-                              closed_form_accs(e, tasks, evals, [(ops[(tg, t, tg)], -lam)]),
-                              zs[tg], controls, "removed"))
-        else:
-          ws = baselines.weight_space_arithmetic(model, [(sources[(tg, t)].finetuned, -lam)])
-          recs.append(_record("negation", tg, (t,), (s,), "weight_space",
-                              _model_accs(ws, tasks, e, evals), zs[tg], controls, "removed"))
-        if (tg, ((t,), (s,))) in adapter_cells:
-          probes, G = adapter_probes(tasks, e, (t,))
-          t0 = time.time()
-          desc = edit_descriptor(sources, emb, s, (t,), tg, cfg, sign=-1.0)
-          ad = adapter_lib.fit_adapter(model, desc, probes, G, **adapter_kwargs(cfg))
-          recs.append(_record("negation", tg, (t,), (s,), "adapter",
-                              _model_accs(ad, tasks, e, evals), zs[tg], controls, "removed"))
-          log(f"  adapter negation {tg} <- {s}: -{t}  ({time.time() - t0:.1f}s)")
-      if (tg, t, CONSENSUS) in ops:
-        recs.append(_record("negation", tg, (t,), (CONSENSUS,), "consensus",
-                            closed_form_accs(e, tasks, evals, [(ops[(tg, t, CONSENSUS)], -lam)]),
-                            zs[tg], controls, "removed"))
-  return recs
+def compute_cell(study, cfg, controls: Sequence[str], cell: dict, log=print) -> dict:
+  """{"records": [one per method]} of a main-job cell (``cells``), on the engine's
+  ``cell_accuracies`` (the consensus cell: its operators through the closed form)."""
+  kind, tg, ts, s = cell["kind"], cell["target"], tuple(cell["tasks"]), cell["source"]
+  role = "composed" if kind == "addition" else "removed"
+  strength = cfg.alpha if kind == "addition" else -cfg.negation_lambda
+  evals = ts + tuple(controls)
+  zs = {t: study.zero_shot(tg, t) for t in evals}
+  srcs = (s,) * len(ts)
+  if s == CONSENSUS:
+    accs = {"consensus": study.closed_form_accuracy(
+        tg, evals, [(study.operator(tg, t, CONSENSUS), strength) for t in ts])}
+  else:
+    t0 = time.time()
+    accs = cell_accuracies(
+        study, tg, ts, srcs, evals, strength,
+        weight_space_lambda=cfg.weight_space_lambda if kind == "addition" else strength,
+        adapter=adapter_kwargs(cfg) if cell["adapter"] else None)
+    if cell["adapter"]:
+      log(f"  adapter {kind} {tg} <- {s}: {'+' if kind == 'addition' else '-'}"
+          f"{'+'.join(ts)}  ({time.time() - t0:.1f}s)")
+  return {"records": [_record(kind, tg, ts, srcs, method, a, zs, controls, role)
+                      for method, a in accs.items()]}
 
 
 def choose_adapter_cells(models: Sequence[str], names: Sequence[str], n: int, seed: int) -> dict:
@@ -386,20 +120,21 @@ def choose_adapter_cells(models: Sequence[str], names: Sequence[str], n: int, se
   return {"addition": list(dict.fromkeys(add)), "negation": list(dict.fromkeys(neg))}
 
 
-def negation_curve(models, tasks, emb, ops, names, controls, zs, strengths) -> dict:
+def negation_curve(study, ops, names, controls, strengths) -> dict:
   """Figure 2: mean cross-model closed-form accuracy of the removed task and of the controls
-  against the negation strength (absolute percent); None at every strength when there is no
+  against the negation strength (absolute percent), from ``ops`` {(target, task, source):
+  Operator} scored by ``study.closed_form_accuracy``; None at every strength when there is no
   cross-model cell (one family)."""
+  models = list(dict.fromkeys(k[0] for k in ops))
   removed, ctrl = [], []
   for lam in strengths:
     r, c = [], []
     for tg in models:
-      e = emb[tg]
       for t in names:
         for s in models:
           if s == tg:
             continue
-          accs = closed_form_accs(e, tasks, (t,) + tuple(controls), [(ops[(tg, t, s)], -lam)])
+          accs = study.closed_form_accuracy(tg, (t,) + tuple(controls), [(ops[(tg, t, s)], -lam)])
           r.append(accs[t])
           c.append(np.mean([accs[x] for x in controls]))
     removed.append(float(np.mean(r)) if r else None)
@@ -617,9 +352,11 @@ def export_edited(models, ops, cells, cfg, out_dir: str, log=print) -> dict:
 
 @dataclasses.dataclass
 class Prepared:
-  """Stages 1-3 on a built world: the downstream ``names`` and ``controls``, ``tasks`` (both),
+  """Stage 1 on a built world: the downstream ``names`` and ``controls``, ``tasks`` (both),
   ``emb`` ({model: {task: TaskEmbeddings}}), ``zs`` (zero-shot accuracy in points per model and
-  task), ``sources`` ({(model, task): Source}) and ``ops`` ({(target, task, source): Operator})."""
+  task), ``sources`` ({(model, task): Source}), ``ops`` ({(target, task, source): Operator};
+  sources "random~<model>" are the random-UTD controls, ``CONSENSUS`` the consensus of the
+  other families) and the ``study`` that holds them all."""
   names: list[str]
   controls: list[str]
   tasks: dict
@@ -627,50 +364,86 @@ class Prepared:
   zs: dict
   sources: dict
   ops: dict
+  study: Any = None
+
+
+def cache_dir(cfg) -> str:
+  """The engine's cache of a main-job config: ``cfg.cache_dir``, else ``experiments/`` under the
+  toy world's cache root (``$PLATONIC_JAX_CACHE`` or ~/.cache/platonic_jax, as the suite's)."""
+  from platonic_jax.data.toyworld.world import cache_root
+  return cfg.get("cache_dir") or os.path.join(cache_root(cfg.world), "experiments")
+
+
+def make_study(world, cfg, names: Sequence[str], log: Callable[[str], None] = print):
+  """The main job's ``Study`` of a built world: its families, the downstream ``names`` and the
+  world's controls, the config's source recipe, selection and method options."""
+  from platonic_jax.study import Study, method_options
+  controls = list(world.controls)
+  if CONSENSUS in world.models:
+    raise ValueError(f"a family may not be named {CONSENSUS!r}: that name holds the consensus "
+                     "operators")
+  return Study(world.models, {t: world.tasks[t] for t in list(names) + controls},
+               cache_dir=cache_dir(cfg), downstream=names, controls=controls, source=cfg.source,
+               seed=cfg.seed, folds=cfg.folds, log=log, **method_options(cfg))
 
 
 def prepare(world, cfg, log: Callable[[str], None] = print) -> Prepared:
-  """Stages 1-3 (embeddings, source fine-tunes, operators) of the main job on a built world."""
-  models = world.models
-  names, controls = check_config(cfg, world.downstream), list(world.controls)
-  tasks = {t: world.tasks[t] for t in names + controls}
+  """The main job's embeddings, source fine-tunes and operators on a built world (cached by the
+  engine: a rerun loads them)."""
+  names = check_config(cfg, world.downstream)
+  study = make_study(world, cfg, names, log)
+  models, controls = list(study.models), list(study.controls)
+  tasks = {t: study.task(t) for t in names + controls}
   log(f"[1/5] embedding {len(tasks)} tasks under {len(models)} models")
-  emb = embed_all(models, tasks)
-  zs = {m: {t: test_accuracy(emb[m][t].test, tasks[t], emb[m][t].G) for t in tasks} for m in models}
+  study.prefetch()
+  emb = {m: {t: study.emb(m, t) for t in tasks} for m in models}
+  zs = {m: {t: study.zero_shot(m, t) for t in tasks} for m in models}
   for m in models:
     log(f"  zero-shot {m:>8s}: " + " ".join(f"{t}={zs[m][t]:.1f}" for t in tasks))
   log(f"[2/5] source fine-tunes ({len(models)} models x {len(names)} tasks, rank {cfg.source.rank})")
-  sources = finetune_sources(models, tasks, emb, names, cfg.source, log,
-                             workers=cfg.get("workers", 1))
+  sources = study.sources([(m, t) for m in models for t in names])
   log("[3/5] closed-form operators with label-free selection (+ random-UTD controls and the "
       "consensus)")
-  ops = solve_operators(models, tasks, emb, sources, names, cfg, log)
-  return Prepared(names, controls, tasks, emb, zs, sources, ops)
+  ops = {}
+  for tg in models:
+    for t in names:
+      # one batched selection over every source of this (target, grid); the consensus in a
+      # call of its own, so the per-source operators are those of a run without it
+      specs = [x for s in models for x in (s, "random~" + s)]
+      ops.update({(tg, t, k): op for k, op in study.operators(tg, t, specs).items()})
+      if len(models) > 1:
+        ops[(tg, t, CONSENSUS)] = study.operator(tg, t, CONSENSUS)
+    log(f"  operators for target {tg}")
+  return Prepared(names, controls, tasks, emb, zs, sources, ops, study)
 
 
 def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
-  """Runs every stage on a built world; writes results.jsonl, summary.json, negation.png and
+  """Runs the main job on a built world; writes results.jsonl, summary.json, negation.png and
   tables.txt (``write_outputs``).
 
-  A ``workdir`` that cannot be written is refused first (``sweep.check_writable_dir``).
+  Each finished cell is a record of ``WORKDIR/cells.jsonl`` (``sweep.Sweep``, under the
+  config's hash): a rerun after a kill computes only the missing cells (the engine's cache holds
+  the embeddings, fine-tunes and operators) and writes what an uninterrupted run writes. A
+  ``workdir`` that cannot be written is refused first (``sweep.check_writable_dir``), a
+  ``cells.jsonl`` of another config before anything is computed.
   """
-  from platonic_jax.sweep import check_writable_dir
+  from platonic_jax.sweep import Sweep, check_writable_dir, config_hash
   check_writable_dir(workdir, "workdir")
   t0 = time.time()
-  models = world.models
-  p = prepare(world, cfg, log)  # checks the config first
-  names, controls, tasks, emb, zs, sources, ops = (p.names, p.controls, p.tasks, p.emb, p.zs,
-                                                   p.sources, p.ops)
-  chosen = choose_adapter_cells(list(models), names, cfg.adapter.cells, cfg.seed)
+  names = check_config(cfg, world.downstream)
+  sweep = Sweep(os.path.join(workdir, CELLS), config_hash(cfg), "main")
+  p = prepare(world, cfg, log)
+  models, controls, zs, sources, ops, study = (list(world.models), p.controls, p.zs, p.sources,
+                                               p.ops, p.study)
+  chosen = choose_adapter_cells(models, names, cfg.adapter.cells, cfg.seed)
   log("[4/5] addition and negation cells; adapter cells: "
       + "; ".join(f"{tg}<-{c[1][0]}:{'+'.join(c[0])}" for tg, c in chosen["addition"])
       + " | " + "; ".join(f"{tg}<-{c[1][0]}:-{c[0][0]}" for tg, c in chosen["negation"]))
-  records = addition_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg,
-                           set(chosen["addition"]), log)
-  records += negation_cells(models, tasks, emb, sources, ops, names, controls, zs, cfg,
-                            set(chosen["negation"]), log)
+  done = sweep.run(cells(models, names, chosen),
+                   lambda cell: compute_cell(study, cfg, controls, cell, log))
+  records = [r for d in done for r in d["metrics"]["records"]]
   log("[5/5] summary")
-  curve = negation_curve(models, tasks, emb, ops, names, controls, zs, cfg.negation_strengths)
+  curve = negation_curve(study, ops, names, controls, cfg.negation_strengths)
   summary = summarize(records)
   summary["adapter_cells"] = {k: [[tg, list(c[0]), list(c[1])] for tg, c in v]
                               for k, v in chosen.items()}
@@ -685,10 +458,10 @@ def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
   summary["runtime_s"] = round(time.time() - t0 + sum(
       i.get("seconds", 0.0) for i in getattr(world, "pretrain_info", {}).values()
       if not i.get("cached")), 1)
-  cells = export_cells(cfg, names)
-  if cells:
+  export = export_cells(cfg, names)
+  if export:
     summary["exports"] = {spec: os.path.relpath(path, workdir) for spec, path in export_edited(
-        models, ops, cells, cfg, os.path.join(workdir, "export"), log).items()}
+        world.models, ops, export, cfg, os.path.join(workdir, "export"), log).items()}
   tables = format_tables(records, controls)
   write_outputs(workdir, records, summary, curve, tables)
   log(tables)

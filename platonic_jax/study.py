@@ -40,11 +40,14 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from platonic_jax import progress
+from platonic_jax.core.analysis import CONSENSUS
 from platonic_jax.models.preprocess import NaflexInputs
 from platonic_jax.sweep import EmbeddingCache, content_hash, plain
 
-_SOURCE_VERSION = "source/1"
-_OPERATOR_VERSION = "operator/1"
+_SOURCE_VERSION = "source/2"
+_OPERATOR_VERSION = "operator/2"
+# How random-UTD controls are seeded (``Study(random_draws=...)``).
+RANDOM_DRAWS = ("cell", "run")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -99,12 +102,6 @@ class Source:
     return self._load()
 
 
-def head_bucket(num_classes: int) -> int:
-  """The padded head size of a fine-tune: the next power of two (at least 8), so fine-tunes on
-  tasks of similar sizes share one compiled step (``train.finetune_source(pad_classes=...)``)."""
-  return max(8, 1 << (int(num_classes) - 1).bit_length())
-
-
 def _is_pixels(images) -> bool:
   """Preprocessed model inputs: float pixels (n, 3, H, W), or NaFlex inputs."""
   if isinstance(images, NaflexInputs):
@@ -125,6 +122,31 @@ def split_content(split) -> list:
           np.asarray(split.labels).tolist()]
 
 
+BATCH = 512
+
+
+def embed_unique(model, arrays: Sequence[Any]) -> list[np.ndarray]:
+  """Normalised embeddings of each image array (n_i, 3, H, W) (or ``NaflexInputs`` of n_i
+  images, for a SigLIP2 NaFlex model); arrays shared between tasks (the same object) are
+  embedded once, and all distinct ones in a single run."""
+  from platonic_jax import embed as embed_lib
+  distinct = {}
+  for a in arrays:
+    distinct.setdefault(id(a), a)
+  keys = list(distinct)
+  parts = [distinct[k] for k in keys]
+  if any(isinstance(p, NaflexInputs) for p in parts):
+    joined = NaflexInputs.concatenate(parts)  # TypeError naming a part that is not
+  else:
+    joined = np.concatenate(parts)
+  Z = embed_lib.embed_images(model, joined, batch_size=BATCH, progress=False)
+  out, start = {}, 0
+  for k in keys:
+    out[k] = Z[start:start + len(distinct[k])]
+    start += len(distinct[k])
+  return [out[id(a)] for a in arrays]
+
+
 class Study:
   """Models and tasks plus the content-keyed caches (see the module docstring).
 
@@ -138,6 +160,8 @@ class Study:
   def __init__(self, models: Mapping[str, Any], tasks: Mapping[str, Any], *, cache_dir: str,
                downstream: Sequence[str], controls: Sequence[str], source: Mapping[str, Any],
                seed: int = 0, folds: int = 5, embed_batch: int = 256,
+               calibrate: bool = False, include_ceiling: bool = False,
+               selection_rule: str = "min", random_draws: str = "cell", workers: int = 1,
                log: Callable[[str], None] = print):
     from platonic_jax.core.grid import check_templates
     for name, task in dict(tasks).items():  # before any embedding: one bad prompt, one error
@@ -152,6 +176,19 @@ class Study:
     self.source_recipe = {k: source[k] for k in ("rank", "steps", "lr", "batch", "seed")}
     self.seed = int(seed)
     self.folds = int(folds)
+    from platonic_jax.core.select import check_rule
+    check_rule(selection_rule)
+    if random_draws not in RANDOM_DRAWS:
+      raise ValueError(f"unknown random_draws {random_draws!r}; use one of {RANDOM_DRAWS}")
+    workers = int(workers)
+    if workers < 1:
+      raise ValueError(f"workers must be a positive integer, got {workers}")
+    self.calibrate = bool(calibrate)
+    self.include_ceiling = bool(include_ceiling)
+    self.selection_rule = selection_rule
+    self.random_draws = random_draws
+    self.workers = workers
+    self._run_keys: dict | None = None
     self.embed_batch = int(embed_batch)
     self.log = log
     self.cache_dir = os.path.abspath(os.path.expanduser(cache_dir))
@@ -276,7 +313,6 @@ class Study:
   def _embed(self, model, m: str, arrays: Sequence) -> list[np.ndarray]:
     """Normalised embeddings ``(n_i, d)`` of image sets under ``model`` (``m``'s inputs): the
     in-memory ones in one run (shared objects once), loader splits streamed in batches."""
-    from platonic_jax.pipeline import embed_unique
     out: list = [None] * len(arrays)
     memory = [i for i, a in enumerate(arrays) if not _is_split(a)]
     if memory:
@@ -347,21 +383,66 @@ class Study:
       r["seed"] = int(seed)
     return r
 
+  def head_pad(self, t: str) -> int:
+    """The class count a fine-tune's head on task ``t`` is padded to: the largest among ``t``
+    and the study's downstream tasks (``train.pad_head``: identical training up to float
+    rounding), so each model compiles one fine-tuning step for all its downstream tasks."""
+    return max([self.task(t).num_classes] + [self.task(u).num_classes for u in self.downstream])
+
+  def _source_path(self, m: str, t: str, recipe: dict) -> str:
+    key = content_hash(_SOURCE_VERSION, self.fingerprint(m), self.task_hash(t), recipe,
+                       self.head_pad(t))
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{m}-{t}")[:80]
+    return os.path.join(self.cache_dir, "sources", f"{slug}-{key[:20]}")
+
   def source(self, m: str, t: str, seed: int | None = None) -> Source:
     """The labeled source fine-tune of model ``m`` on task ``t`` (cached on disk)."""
-    recipe = self._recipe(seed)
-    mkey = (m, t, recipe["seed"])
-    if mkey in self._sources:
-      return self._sources[mkey]
-    key = content_hash(_SOURCE_VERSION, self.fingerprint(m), self.task_hash(t), recipe)
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{m}-{t}")[:80]
-    path = os.path.join(self.cache_dir, "sources", f"{slug}-{key[:20]}")
-    if not os.path.isfile(os.path.join(path, "meta.json")):
-      self._finetune(m, t, recipe, path)
-    self._sources[mkey] = self._load_source(m, t, recipe["seed"], path)
-    return self._sources[mkey]
+    return self.sources([(m, t)], seed)[(m, t)]
 
-  def _finetune(self, m: str, t: str, recipe: dict, path: str) -> None:
+  def sources(self, pairs: Sequence[tuple[str, str]], seed: int | None = None,
+              workers: int | None = None) -> dict[tuple[str, str], Source]:
+    """{(model, task): Source} for every pair (cached on disk). The missing fine-tunes run
+    ``workers`` at a time (default: the study's ``workers``) in threads, each its own seeded
+    run of the same compiled step, so the sources are identical for any value (on a 2-core CPU
+    two keep both cores busy between the tiny steps' dispatches); they are stored in pair
+    order."""
+    recipe = self._recipe(seed)
+    workers = self.workers if workers is None else int(workers)
+    if workers < 1:
+      raise ValueError(f"workers must be a positive integer, got {workers}")
+    todo = []
+    for m, t in dict.fromkeys(pairs):
+      if (m, t, recipe["seed"]) not in self._sources:
+        path = self._source_path(m, t, recipe)
+        if not os.path.isfile(os.path.join(path, "meta.json")):
+          todo.append((m, t, path))
+    if todo:
+      for m, t, _ in todo:  # embeddings first, in this thread (one run per model)
+        self.emb(m, t)
+      train = lambda item: self._train(item[0], item[1], recipe)
+      if workers == 1 or len(todo) == 1:
+        done = map(train, todo)
+      else:
+        import concurrent.futures
+        pool = concurrent.futures.ThreadPoolExecutor(workers)
+        done = pool.map(train, todo)
+      try:
+        for (m, t, path), result in zip(todo, done):
+          self._store(path, m, t, recipe, result)
+      finally:
+        if workers > 1 and len(todo) > 1:
+          pool.shutdown()
+    out = {}
+    for m, t in pairs:
+      mkey = (m, t, recipe["seed"])
+      if mkey not in self._sources:
+        self._sources[mkey] = self._load_source(m, t, recipe["seed"],
+                                                self._source_path(m, t, recipe))
+      out[(m, t)] = self._sources[mkey]
+    return out
+
+  def _train(self, m: str, t: str, recipe: dict) -> dict:
+    """One source fine-tune: the fine-tuned model, its descriptor and ceiling (not stored)."""
     import time
     from platonic_jax.core import train
     from platonic_jax.core.descriptor import Descriptor, Provenance
@@ -372,7 +453,7 @@ class Study:
     ft = train.finetune_source(model, self.pixels(m, task.train[0]), task.train[1], e.G,
                                rank=recipe["rank"], steps=recipe["steps"], lr=recipe["lr"],
                                batch=recipe["batch"], seed=recipe["seed"],
-                               pad_classes=head_bucket(task.num_classes))
+                               pad_classes=self.head_pad(t))
     self.counts["finetune"] += 1
     ft_probes, ft_test = self._embed(ft, m, [task.probes, task.test[0]])
     grid = make_grid(task.name, task.probe_ids, task.classnames, task.templates)
@@ -380,15 +461,25 @@ class Study:
     desc = Descriptor.from_embeddings(grid, e.probes, ft_probes, e.G,
                                       provenance=Provenance(source=m, finetune=fid))
     ceiling = zeroshot.accuracy(ft_test, task.test[1], e.G)
+    seconds = time.time() - t0
+    self.log(f"  fine-tune {m} on {t} (seed {recipe['seed']}): zero-shot "
+             f"{self.zero_shot(m, t):.1f} -> {ceiling:.1f}  ({seconds:.1f}s)")
+    return {"model": ft, "descriptor": desc, "ceiling": ceiling, "finetune": fid,
+            "seconds": seconds}
+
+  def _store(self, path: str, m: str, t: str, recipe: dict, result: dict) -> None:
+    """Writes a fine-tune (``_train``) as the cache entry ``path``, atomically."""
+    from platonic_jax.core import train
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".tmp-" + os.path.basename(path) + "-", dir=parent)
     try:
-      train.save_adapter(os.path.join(tmp, "adapter"), ft)
-      desc.save(os.path.join(tmp, "descriptor.safetensors"))
+      train.save_adapter(os.path.join(tmp, "adapter"), result["model"])
+      result["descriptor"].save(os.path.join(tmp, "descriptor.safetensors"))
       meta = {"format": _SOURCE_VERSION, "model": m, "task": t, "recipe": recipe,
-              "ceiling": ceiling, "zero_shot": self.zero_shot(m, t),
-              "seconds": time.time() - t0, "finetune": fid}
+              "pad_classes": self.head_pad(t), "ceiling": result["ceiling"],
+              "zero_shot": self.zero_shot(m, t), "seconds": result["seconds"],
+              "finetune": result["finetune"]}
       with open(os.path.join(tmp, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1, sort_keys=True)
       try:
@@ -398,8 +489,6 @@ class Study:
           raise
     finally:
       shutil.rmtree(tmp, ignore_errors=True)
-    self.log(f"  fine-tune {m} on {t} (seed {recipe['seed']}): zero-shot "
-             f"{meta['zero_shot']:.1f} -> {ceiling:.1f}  ({meta['seconds']:.1f}s)")
 
   def _load_source(self, m: str, t: str, seed: int, path: str) -> Source:
     from platonic_jax.core import train
@@ -426,31 +515,74 @@ class Study:
     return self._bank
 
   def descriptor(self, spec: str, t: str, seed: int | None = None, *, target: str = ""):
-    """The one-term descriptor a source spec gives on task ``t`` (see the module docstring).
+    """The one-term descriptor a source spec gives on task ``t`` as ``target`` reads it (see
+    the module docstring).
 
-    The random-UTD draw is seeded by (study seed, target, task, spec), so it does not depend on
-    the order cells are computed in.
+    With ``calibrate`` a source descriptor of another model than ``target`` is rescaled into
+    the target's cosine units (``analysis.calibration_factor`` of the two models' affinity
+    spreads on the grid); the consensus averages its members so read, and a random-UTD control
+    takes its source's norm so read. ``"consensus"`` alone is the mean of every model of the
+    study but ``target`` (METHOD's consensus: no descriptor of the target enters it).
+
+    The random-UTD draw is seeded by (study seed, target, task, spec) with ``random_draws``
+    "cell", so it does not depend on the order cells are computed in; with "run" it is the
+    ``k``-th split of ``jax.random.key(seed)``, ``k`` the place of (target, task, source) in
+    the order models x downstream tasks x models (the main job's draws).
     """
-    import jax
-    from platonic_jax.core.analysis import consensus, random_utd
+    from platonic_jax.core.analysis import calibration_factor, consensus, random_utd
     from platonic_jax.core.descriptor import Descriptor, Provenance
     if spec.startswith("random~"):
-      base = self.descriptor(spec[len("random~"):].split("#")[0], t, seed)
+      base = self.descriptor(spec[len("random~"):].split("#")[0], t, seed, target=target)
       term = base.only
-      h = content_hash("random/1", self.seed, target, t, spec, self._recipe(seed)["seed"])
-      key = jax.random.key(int(h[:8], 16))
-      return Descriptor.single(term.grid, random_utd(term.grid, term.U, key),
+      return Descriptor.single(term.grid, random_utd(term.grid, term.U,
+                                                     self._random_key(spec, t, seed, target)),
                                provenance=Provenance(source=spec))
+    if spec == CONSENSUS:
+      members = [s for s in self.models if s != target]
+      if not members:
+        raise ValueError(f"a consensus for target {target!r} needs another model; the study "
+                         f"has {list(self.models)}")
+      return consensus([self.descriptor(s, t, seed, target=target) for s in members])
     if spec.startswith("consensus(") and spec.endswith(")"):
       members = [s for s in spec[len("consensus("):-1].split(",") if s]
       if len(members) < 2:
         raise ValueError(f"{spec}: a consensus needs at least two sources")
-      return consensus([self.descriptor(s, t, seed) for s in members])
-    return self.source(spec, t, seed).descriptor
+      return consensus([self.descriptor(s, t, seed, target=target) for s in members])
+    desc = self.source(spec, t, seed).descriptor
+    if not self.calibrate or not target or spec == target:
+      return desc
+    es, et = self.emb(spec, t), self.emb(target, t)
+    return calibration_factor(es.probes, es.G, et.probes, et.G) * desc
+
+  def _random_key(self, spec: str, t: str, seed: int | None, target: str):
+    import jax
+    if self.random_draws == "cell":
+      h = content_hash("random/1", self.seed, target, t, spec, self._recipe(seed)["seed"])
+      return jax.random.key(int(h[:8], 16))
+    if self._run_keys is None:
+      key, self._run_keys = jax.random.key(self.seed), {}
+      for tg in self.models:
+        for u in self.downstream:
+          for s in self.models:
+            key, self._run_keys[(tg, u, "random~" + s)] = jax.random.split(key)
+    if (target, t, spec) not in self._run_keys:
+      raise ValueError(f"random_draws='run' draws random~<model> controls of the study's models "
+                       f"on its downstream tasks only, not {spec!r} for {target!r} on {t!r}")
+    return self._run_keys[(target, t, spec)]
+
+  def edit_descriptor(self, target: str, tasks: Sequence[str], specs: Sequence[str],
+                      sign: float = 1.0, seed: int | None = None):
+    """The edit an adapter fits on ``target``: ``sign`` times the sum of the descriptors of
+    ``specs`` on ``tasks`` (one per task) as the target reads them (``descriptor``)."""
+    import functools
+    import operator
+    descs = [self.descriptor(s, t, seed, target=target) for t, s in zip(tasks, specs)]
+    return sign * functools.reduce(operator.add, descs)
 
   def _source_id(self, spec: str, desc, seed: int | None) -> str:
     U = np.asarray(desc.only.U)
-    h = content_hash(_OPERATOR_VERSION, U, desc.only.grid.version, self.folds, self.seed)
+    h = content_hash(_OPERATOR_VERSION, U, desc.only.grid.version, self.folds, self.seed,
+                     {"include_ceiling": self.include_ceiling, "rule": self.selection_rule})
     return f"{spec}~seed{self._recipe(seed)['seed']}~{h[:12]}"
 
   def operators(self, target: str, t: str, specs: Sequence[str],
@@ -480,7 +612,8 @@ class Study:
       # Pad the batch of sources to a power of two (repeating the last) so selections of
       # different sizes share compiled programs; the padding's results are dropped.
       Us += Us[-1:] * (max(4, 1 << (len(Us) - 1).bit_length()) - len(Us))
-      sels = select_rank_ridge(e.probes, e.G, np.stack(Us), folds=self.folds, seed=self.seed)
+      sels = select_rank_ridge(e.probes, e.G, np.stack(Us), folds=self.folds, seed=self.seed,
+                               include_ceiling=self.include_ceiling, rule=self.selection_rule)
       for (spec, desc, sid), sel in zip(missing, sels):
         op = Operator.solve(e.probes, e.G, desc, target_id=self.target_id(target),
                             rank=sel.rank, ridge=sel.ridge, source=sid)
@@ -500,15 +633,12 @@ class Study:
 
   def closed_form_accuracy(self, target: str, tasks: Sequence[str], terms) -> dict[str, float]:
     """{task: test accuracy} of the target edited by ``terms`` [(Operator or W, strength)] in
-    embedding space (exactly the folded model's predictions)."""
-    from platonic_jax.core.operator import apply_operators
+    embedding space (exactly the folded model's predictions; ``zeroshot.closed_form_accs``)."""
     from platonic_jax.eval import zeroshot
-    out = {}
-    for t in tasks:
-      e = self.emb(target, t)
-      Z = e.test if not terms else np.asarray(apply_operators(e.test, terms))
-      out[t] = zeroshot.accuracy(Z, self.task(t).test[1], e.G)
-    return out
+    if not terms:
+      return {t: self.zero_shot(target, t) for t in tasks}
+    return zeroshot.closed_form_accs({t: self.emb(target, t) for t in tasks}, self.tasks, tasks,
+                                     terms)
 
   def model_accuracy(self, model, target: str, tasks: Sequence[str]) -> dict[str, float]:
     """{task: test accuracy} of an edited model (adapter, weight-space, ...) with the target's
@@ -524,6 +654,70 @@ class Study:
     probes = {t: (self.task(t).probe_ids, self.pixels(target, self.task(t).probes))
               for t in tasks}
     return probes, {t: self.emb(target, t).G for t in tasks}
+
+
+# ----------------------------------------------------------------------------------------------
+# One cell of the method: what every experiment that composes or removes tasks reads.
+
+
+def adapter_kwargs(cfg) -> dict:
+  """``fit_adapter``'s recipe from a config's ``adapter`` block, seeded by ``cfg.seed``."""
+  a = cfg.adapter
+  return dict(rank=a.rank, steps=a.steps, lr=a.lr, batch=a.batch, seed=cfg.seed,
+              keep=a.get("keep", 0.0))
+
+
+def cell_accuracies(study: Study, target: str, tasks: Sequence[str], sources: Sequence[str],
+                    evals: Sequence[str], strength: float, *, weight_space_lambda: float,
+                    adapter: Mapping[str, Any] | None = None) -> dict[str, dict[str, float]]:
+  """{method: {task: test accuracy in percent}} of one cell on ``evals``: ``target`` edited by
+  one term per task of ``tasks``, task ``i``'s descriptor from source spec ``sources[i]``, at
+  ``strength`` each (alpha in addition, minus lambda in negation).
+
+  closed_form: the operators, in embedding space. random_utd: the random-UTD controls of the
+  same sources through the same route. oracle (some source is not the target): the target's own
+  descriptors through the same route. weight_space (every source is the target): weight-space
+  arithmetic of the source fine-tunes at ``weight_space_lambda`` per task vector. adapter (given
+  ``fit_adapter``'s recipe, ``adapter_kwargs``): the adapter fitted on the sum of the
+  descriptors, with the sign of ``strength``, at full strength.
+  """
+  from platonic_jax.core import adapter as adapter_lib
+  from platonic_jax.core import baselines
+  oracle = any(s != target for s in sources)
+  for t, s in zip(tasks, sources):  # one batched solve per grid for every spec the cell reads
+    study.operators(target, t, [s, "random~" + s] + ([target] if oracle else []))
+  terms = lambda specs: [(study.operator(target, t, s), strength) for t, s in zip(tasks, specs)]
+  acc = {"closed_form": study.closed_form_accuracy(target, evals, terms(sources)),
+         "random_utd": study.closed_form_accuracy(
+             target, evals, terms(["random~" + s for s in sources]))}
+  if oracle:
+    acc["oracle"] = study.closed_form_accuracy(target, evals, terms([target] * len(tasks)))
+  else:
+    ws = baselines.weight_space_arithmetic(
+        study.model(target), [(study.source(target, t).finetuned(), weight_space_lambda)
+                              for t in tasks])
+    acc["weight_space"] = study.model_accuracy(ws, target, evals)
+  if adapter is not None:
+    sign = 1.0 if strength >= 0 else -1.0
+    desc = study.edit_descriptor(target, tasks, sources, sign)
+    probes, G = study.adapter_inputs(target, tasks)
+    ad = adapter_lib.fit_adapter(study.model(target), desc, probes, G, **adapter)
+    acc["adapter"] = study.model_accuracy(ad, target, evals)
+  return acc
+
+
+def compilation_cache_dir(cache_dir: str = "") -> str:
+  """Where every experiment keeps compiled XLA programs: ``<cache_dir>/xla`` (default
+  ``default_cache_dir()``)."""
+  return os.path.join(os.path.abspath(os.path.expanduser(cache_dir or default_cache_dir())), "xla")
+
+
+def use_compilation_cache(cache_dir: str = "") -> None:
+  """Compiled XLA programs persist under ``compilation_cache_dir(cache_dir)``, so a warm
+  rerun of any experiment skips compiling them."""
+  import jax
+  jax.config.update("jax_compilation_cache_dir", compilation_cache_dir(cache_dir))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -572,7 +766,18 @@ def from_config(config, *, log: Callable[[str], None] = print, world=None) -> St
     raise ValueError(f"config.data.source must be 'toy' or 'real', got {data.source!r}")
   return Study(models, tasks, cache_dir=config.cache_dir or default_cache_dir(),
                downstream=downstream, controls=controls, source=config.source, seed=config.seed,
-               folds=config.folds, log=log)
+               folds=config.folds, log=log, **method_options(config))
+
+
+def method_options(config) -> dict:
+  """The ``Study`` options a config sets (``core.options``: what departs from METHOD, read the
+  same way by every experiment), plus how random-UTD controls are drawn and how many source
+  fine-tunes run at once."""
+  return dict(calibrate=bool(config.get("calibrate", False)),
+              include_ceiling=bool(config.get("include_ceiling", False)),
+              selection_rule=config.get("selection_rule", "min"),
+              random_draws=config.get("random_draws", "cell"),
+              workers=int(config.get("workers", 1)))
 
 
 def _world_key(world_config: dict) -> str:

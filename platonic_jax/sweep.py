@@ -33,11 +33,13 @@ import numpy as np
 
 from platonic_jax import progress
 
-# Config fields that change where or how verbosely a run works, never what it computes.
+# Config fields that change where, how fast or how verbosely a run works, never what it computes
+# (``workers``: source fine-tunes at once, identical for any value; ``export_cells``: extra
+# checkpoints a main job writes beside its records).
 # ``skip_corrupt`` only says what to do with unreadable examples: like ``root``, the data read
 # is identified by its content (the study's task hashes), not by the config.
 NON_SEMANTIC = frozenset({"workdir", "cache_dir", "compilation_cache", "log_every", "root",
-                          "progress", "skip_corrupt"})
+                          "progress", "skip_corrupt", "workers", "export_cells"})
 
 
 class ResultsMismatchError(ValueError):

@@ -362,7 +362,9 @@ def test_config_variants_and_command_line_subsets():
       toy_world.get_config(bad)
 
 
-def test_source_fine_tunes_in_threads_are_identical_to_sequential(run, cache):
+def test_source_fine_tunes_in_threads_are_identical_to_sequential(run, cache, tmp_path):
+  """``Study.sources`` with two workers trains, stores and loads the same sources as one worker
+  (each into its own engine cache)."""
   from experiments.configs import main as main_config
   from platonic_jax import pipeline
   from platonic_jax.data.toyworld import build_world
@@ -371,21 +373,24 @@ def test_source_fine_tunes_in_threads_are_identical_to_sequential(run, cache):
   config.world.cache_dir = str(cache)  # the micro world the main-job run pretrained
   world = build_world(config.world, log=None)
   names = ["shape", "color"]
-  tasks = {t: world.tasks[t] for t in names}
-  emb = pipeline.embed_all(world.models, tasks)
   config.source.steps = 12
-  runs = {w: pipeline.finetune_sources(world.models, tasks, emb, names, config.source,
-                                       log=lambda _: None, workers=w) for w in (1, 2)}
-  assert list(runs[1]) == list(runs[2]) == [(m, t) for m in world.models for t in names]
+  pairs = [(m, t) for m in world.models for t in names]
+  runs = {}
+  for w in (1, 2):
+    config.cache_dir = str(tmp_path / f"workers{w}")
+    runs[w] = pipeline.make_study(world, config, names, log=lambda _: None).sources(pairs,
+                                                                                     workers=w)
+  assert list(runs[1]) == list(runs[2]) == pairs
   for key, src in runs[1].items():
     other = runs[2][key]
     assert other.ceiling == src.ceiling
     np.testing.assert_array_equal(np.asarray(other.descriptor.only.U),
                                   np.asarray(src.descriptor.only.U))
     assert other.descriptor.only.provenance == src.descriptor.only.provenance
+  study = pipeline.make_study(world, config, names, log=lambda _: None)
   for bad in (0, -1):
     with pytest.raises(ValueError, match="workers must be a positive integer"):
-      pipeline.finetune_sources(world.models, tasks, emb, names, config.source, workers=bad)
+      study.sources(pairs, workers=bad)
 
 
 @pytest.mark.parametrize("models", [("a", "b"), ("a", "b", "c"), ("a", "b", "c", "d")])
@@ -530,3 +535,49 @@ def test_report_renders_the_main_jobs_workdir(run, tmp_path):
   printed = stdout[stdout.index("Table 1: addition"):].split("\noutputs in")[0]
   missing = [line for line in printed.strip().splitlines() if line.strip() and line not in md]
   assert not missing, missing[:3]
+
+
+class Killed(BaseException):
+  """Stands in for SIGKILL: nothing after it runs (not even ``except Exception``)."""
+
+
+def test_killed_main_job_reruns_to_the_uninterrupted_results(run, cache, tmp_path, monkeypatch):
+  """The main job's cells are a resumable sweep (WORKDIR/cells.jsonl): a workdir left by a run
+  killed after 30 cells (its last record torn) is resumed by a run killed after two more cells,
+  which writes no output; the rerun computes only the rest, and its results.jsonl and
+  summary.json (runtime aside) are the uninterrupted run's. The engine's cache (``run``'s)
+  holds the embeddings, sources and operators, so only cells are computed here."""
+  from experiments import launch
+  from experiments.configs import main as main_config
+  from platonic_jax import pipeline
+  from platonic_jax.sweep import read_records
+
+  work, _ = run
+  lines = open(os.path.join(work, pipeline.CELLS)).read().splitlines(keepends=True)
+  assert len(lines) == 36  # micro: 2 targets x (3 pairs + 3 tasks) x (2 sources + consensus)
+  with open(tmp_path / pipeline.CELLS, "w") as f:  # killed after 30 cells, mid-write
+    f.write("".join(lines[:30]) + lines[30][:50])
+  cfg = main_config.get_config("micro")
+  cfg.world.cache_dir = str(cache)
+  launch.configure(cfg)
+  world = launch.build_world(cfg)
+  real, calls = pipeline.compute_cell, []
+
+  def dying(*args, **kwargs):
+    if len(calls) == 2:
+      raise Killed()
+    calls.append(args[3])
+    return real(*args, **kwargs)
+  monkeypatch.setattr(pipeline, "compute_cell", dying)
+  with pytest.raises(Killed):
+    pipeline.run(world, cfg, str(tmp_path), log=lambda s: None)
+  assert len(read_records(str(tmp_path / pipeline.CELLS))[0]) == 32
+  assert sorted(os.listdir(tmp_path)) == [pipeline.CELLS]  # no output written
+  monkeypatch.setattr(pipeline, "compute_cell", lambda *a, **k: calls.append(a[3]) or real(*a, **k))
+  summary = pipeline.run(world, cfg, str(tmp_path), log=lambda s: None)
+  assert len(calls) == 6 and calls[:2] != calls[2:4]  # every missing cell once, no other
+  assert open(tmp_path / "results.jsonl").read() == open(os.path.join(work, "results.jsonl")).read()
+  assert open(tmp_path / pipeline.CELLS).read() == "".join(lines)
+  want = json.load(open(os.path.join(work, "summary.json")))
+  assert summary.pop("runtime_s") >= 0 and want.pop("runtime_s") > 0
+  assert json.loads(json.dumps(summary)) == want

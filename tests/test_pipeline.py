@@ -1,4 +1,5 @@
-"""The main job's operator stage on a synthetic three-family world: the consensus source."""
+"""The main job on the engine, on a synthetic three-family study: calibrated descriptors, the
+consensus source, random-UTD draws; then the main job's config checks and outputs."""
 
 import json
 import os
@@ -9,75 +10,129 @@ import numpy as np
 import pytest
 
 from platonic_jax import pipeline
-from platonic_jax.core.analysis import affinity_spread
+from platonic_jax.core.analysis import CONSENSUS, affinity_spread
 from platonic_jax.core.descriptor import Descriptor, Provenance
 from platonic_jax.core.grid import make_grid
 from platonic_jax.core.operator import Operator
 from platonic_jax.core.select import select_rank_ridge
+from platonic_jax.study import Source, Study, TaskEmbeddings
 
 DIMS = {"a": 6, "b": 8, "c": 5}  # three families with different embedding widths
 N, C = 40, 4
 
 
-def _world(seed=0):
+def _world(tmp_path, families=tuple(DIMS), seed=0, calibrate=True):
+  """A ``Study`` of synthetic families on one task "t", its embeddings and source descriptors
+  put in place of the pre-trained models and fine-tunes (no model runs): (study, emb, sources)."""
   rng = np.random.default_rng(seed)
-  grid = make_grid("t", list(range(N)), [f"c{i}" for i in range(C)], ["{}"])
+  classnames = tuple(f"c{i}" for i in range(C))
+  grid = make_grid("t", list(range(N)), list(classnames), ["{}"])
+  task = types.SimpleNamespace(name="t", classnames=classnames, templates=("{}",), num_classes=C)
   models, emb, sources = {}, {}, {}
   for m, d in DIMS.items():
-    models[m] = types.SimpleNamespace(target_id=f"model-{m}")
     G, Z = rng.standard_normal((C, d)), rng.standard_normal((N, d))
-    emb[m] = {"t": pipeline.TaskEmbeddings(G=G, probes=Z, test=rng.standard_normal((10, d)))}
+    emb[m] = TaskEmbeddings(G=G, probes=Z, test=rng.standard_normal((10, d)))
     Z_ft = Z + 0.5 * rng.standard_normal((N, d))  # each family's own "fine-tune"
     desc = Descriptor.from_embeddings(grid, Z, Z_ft, G, provenance=Provenance(source=m))
-    sources[(m, "t")] = pipeline.Source(m, "t", None, desc, 0.0)
-  cfg = ml_collections.ConfigDict(dict(seed=0, folds=5, include_ceiling=True, calibrate=True,
-                                       selection_rule="min"))
-  return models, emb, sources, cfg
+    sources[m] = Source(m, "t", 0, desc, 0.0, "")
+    models[m] = types.SimpleNamespace(name=f"model-{m}", fingerprint=lambda m=m: f"fp-{m}")
+  study = Study({m: models[m] for m in families}, {"t": task}, cache_dir=str(tmp_path / "cache"),
+                downstream=["t"], controls=[], source=dict(rank=4, steps=1, lr=1e-3, batch=8,
+                                                           seed=0),
+                seed=0, folds=5, calibrate=calibrate, include_ceiling=True, selection_rule="min",
+                log=lambda s: None)
+  for m in families:
+    study._emb[(m, "t")] = emb[m]
+    study._sources[(m, "t", 0)] = sources[m]
+  return study, emb, sources
+
+
+def _ops(study):
+  """The main job's operators of ``study`` ({(target, task, source): Operator})."""
+  ops = {}
+  for tg in study.models:
+    specs = [x for s in study.models for x in (s, "random~" + s)]
+    ops.update({(tg, "t", k): op for k, op in study.operators(tg, "t", specs).items()})
+    if len(study.models) > 1:
+      ops[(tg, "t", CONSENSUS)] = study.operator(tg, "t", CONSENSUS)
+  return ops
 
 
 def _U(desc):
   return np.asarray(desc.only.U, np.float64)
 
 
-def test_consensus_operator_solves_the_mean_of_the_other_families():
-  models, emb, sources, cfg = _world()
-  ops = pipeline.solve_operators(models, None, emb, sources, ["t"], cfg, log=lambda s: None)
-  assert {k[2] for k in ops} == {"a", "b", "c", "random~a", "random~b", "random~c",
-                                 pipeline.CONSENSUS}
-  for tg in models:
-    e = emb[tg]["t"]
+def test_consensus_operator_solves_the_mean_of_the_other_families(tmp_path):
+  study, emb, sources = _world(tmp_path)
+  ops = _ops(study)
+  assert {k[2] for k in ops} == {"a", "b", "c", "random~a", "random~b", "random~c", CONSENSUS}
+  for tg in study.models:
+    e = emb[tg]
     # the other families' descriptors in the target's cosine units, averaged by hand
-    others = [_U(sources[(s, "t")].descriptor)
-              * affinity_spread(e.probes, e.G) / affinity_spread(emb[s]["t"].probes, emb[s]["t"].G)
-              for s in models if s != tg]
+    others = [_U(sources[s].descriptor)
+              * affinity_spread(e.probes, e.G) / affinity_spread(emb[s].probes, emb[s].G)
+              for s in study.models if s != tg]
     want = np.mean(others, axis=0)
-    got = pipeline.operator_descriptor(sources, emb, models, tg, "t", pipeline.CONSENSUS, True)
+    got = study.descriptor(CONSENSUS, "t", target=tg)
     np.testing.assert_allclose(_U(got), want, atol=1e-6)
-    op = ops[(tg, "t", pipeline.CONSENSUS)]
-    assert op.source == pipeline.CONSENSUS and op.target_id == f"model-{tg}"
+    op = ops[(tg, "t", CONSENSUS)]
+    assert op.source.startswith(CONSENSUS + "~") and op.target_id == study.target_id(tg)
     sel = select_rank_ridge(e.probes, e.G, want, folds=5, seed=0, include_ceiling=True)
     assert (op.rank, op.ridge) == (sel.rank, sel.ridge) == (op.selection.rank, op.selection.ridge)
     ref = Operator.solve(e.probes, e.G, got, target_id=op.target_id, rank=sel.rank,
-                         ridge=sel.ridge, source=pipeline.CONSENSUS)
+                         ridge=sel.ridge, source=CONSENSUS)
     np.testing.assert_allclose(np.asarray(op.W), np.asarray(ref.W), atol=1e-5)
-    # a single source's operator is solved on that source's descriptor
-    src = pipeline.operator_descriptor(sources, emb, models, tg, "t", "b", True)
+    # a single source's operator is solved on that source's descriptor in the target's units
+    other = next(s for s in study.models if s != tg)
+    scale = affinity_spread(e.probes, e.G) / affinity_spread(emb[other].probes, emb[other].G)
+    np.testing.assert_allclose(_U(study.descriptor(other, "t", target=tg)),
+                               scale * _U(sources[other].descriptor), rtol=1e-6)
+    np.testing.assert_array_equal(_U(study.descriptor(tg, "t", target=tg)),
+                                  _U(sources[tg].descriptor))
+
+
+def test_uncalibrated_study_reads_descriptors_as_measured(tmp_path):
+  study, _, sources = _world(tmp_path, calibrate=False)
+  for tg in study.models:
+    for s in study.models:
+      np.testing.assert_array_equal(_U(study.descriptor(s, "t", target=tg)),
+                                    _U(sources[s].descriptor))
+
+
+def test_consensus_of_one_other_family_is_that_familys_descriptor(tmp_path):
+  study, _, _ = _world(tmp_path, families=("a", "b"))
+  np.testing.assert_array_equal(_U(study.descriptor(CONSENSUS, "t", target="a")),
+                                _U(study.descriptor("b", "t", target="a")))
+
+
+def test_consensus_needs_another_family(tmp_path):
+  study, _, _ = _world(tmp_path, families=("a",))
+  with pytest.raises(ValueError, match="needs another model"):
+    study.descriptor(CONSENSUS, "t", target="a")
+
+
+def test_run_order_random_draws_follow_the_main_jobs_key_chain(tmp_path):
+  """random_draws="run": the draw of (target, task, random~source) is the k-th split of
+  key(seed) in targets x tasks x sources order; "cell" draws differ from it."""
+  import jax
+  from platonic_jax.core.analysis import random_utd
+  study, _, _ = _world(tmp_path, families=("a", "b"))
+  study.random_draws = "run"
+  key, want = jax.random.key(0), {}
+  for tg in ("a", "b"):
+    for s in ("a", "b"):
+      key, sub = jax.random.split(key)
+      want[(tg, s)] = sub
+  for (tg, s), sub in want.items():
+    base = study.descriptor(s, "t", target=tg).only
     np.testing.assert_array_equal(
-        _U(src), _U(pipeline.source_descriptor(sources, emb, "b", "t", tg, True)))
-
-
-def test_consensus_of_one_other_family_is_that_familys_descriptor():
-  models, emb, sources, _ = _world()
-  two = {m: models[m] for m in ("a", "b")}
-  got = pipeline.consensus_descriptor(sources, emb, two, "t", "a", True)
-  np.testing.assert_array_equal(
-      _U(got), _U(pipeline.source_descriptor(sources, emb, "b", "t", "a", True)))
-
-
-def test_consensus_needs_another_family():
-  models, emb, sources, _ = _world()
-  with pytest.raises(ValueError, match="needs another family"):
-    pipeline.consensus_descriptor(sources, emb, {"a": models["a"]}, "t", "a", True)
+        _U(study.descriptor("random~" + s, "t", target=tg)),
+        np.asarray(random_utd(base.grid, base.U, sub), np.float64))
+  with pytest.raises(ValueError, match="random_draws='run'"):
+    study.descriptor("random~a#1", "t", target="b")
+  cell, _, _ = _world(tmp_path / "cell", families=("a", "b"))
+  assert not np.array_equal(_U(cell.descriptor("random~b", "t", target="a")),
+                            _U(study.descriptor("random~b", "t", target="a")))
 
 
 def test_summary_reports_the_consensus_row_and_its_retention():
@@ -90,24 +145,22 @@ def test_summary_reports_the_consensus_row_and_its_retention():
   assert s["oracle_retention"] == 0.4 and s["consensus_retention"] == 0.7
 
 
-def test_one_family_has_no_consensus_and_a_family_may_not_take_its_name():
-  models, emb, sources, cfg = _world()
-  one = {"a": models["a"]}
-  ops = pipeline.solve_operators(one, None, emb, sources, ["t"], cfg, log=lambda s: None)
-  assert set(ops) == {("a", "t", "a"), ("a", "t", "random~a")}
-  named = {"consensus": models["a"], "b": models["b"]}
-  emb["consensus"], sources[("consensus", "t")] = emb["a"], sources[("a", "t")]
+def test_one_family_has_no_consensus_and_a_family_may_not_take_its_name(tmp_path):
+  study, _, _ = _world(tmp_path, families=("a",))
+  assert set(_ops(study)) == {("a", "t", "a"), ("a", "t", "random~a")}
+  world = types.SimpleNamespace(models={"consensus": None, "b": None}, controls=[], tasks={})
   with pytest.raises(ValueError, match="may not be named 'consensus'"):
-    pipeline.solve_operators(named, None, emb, sources, ["t"], cfg, log=lambda s: None)
+    pipeline.make_study(world, None, ["t"])
 
 
-def test_frontier_refuses_consensus_operators_on_some_targets_only():
+def test_frontier_refuses_consensus_operators_on_some_targets_only(tmp_path):
   from platonic_jax.eval import frontier
-  models, emb, sources, cfg = _world()
-  ops = pipeline.solve_operators(models, None, emb, sources, ["t"], cfg, log=lambda s: None)
-  del ops[("b", "t", pipeline.CONSENSUS)]
+  study, emb, _ = _world(tmp_path)
+  ops = _ops(study)
+  del ops[("b", "t", CONSENSUS)]
   with pytest.raises(ValueError, match="consensus operators are missing for some"):
-    frontier.frontier(list(models), None, emb, ops, ["t"], [], {}, 0.5, 1.0, [1.0])
+    frontier.frontier(list(study.models), None, {m: {"t": e} for m, e in emb.items()}, ops, ["t"],
+                      [], {}, 0.5, 1.0, [1.0])
 
 
 # ---- the main job's config checks and outputs ------------------------------------------------
@@ -161,10 +214,8 @@ def test_adapter_cells_drawn_twice_are_kept_once():
 
 
 def test_negation_curve_without_cross_model_cells_is_none_and_plots(tmp_path):
-  models, emb, sources, cfg = _world()
-  one = {"a": models["a"]}
-  ops = pipeline.solve_operators(one, None, emb, sources, ["t"], cfg, log=lambda s: None)
-  curve = pipeline.negation_curve(one, None, emb, ops, ["t"], [], {}, [0.0, 1.0])
+  study, _, _ = _world(tmp_path, families=("a",))
+  curve = pipeline.negation_curve(study, _ops(study), ["t"], [], [0.0, 1.0])
   assert curve == {"strength": [0.0, 1.0], "removed": [None, None], "controls": [None, None]}
   json.dumps(curve, allow_nan=False)  # strict JSON: no NaN
   assert os.path.getsize(pipeline.plot_negation_curve(curve, str(tmp_path / "c.png"))) > 0

@@ -25,6 +25,10 @@ Fields:
   adapter: the adapter realization (rank, steps, lr, batch; keep: the weight of the off-span
     penalty of ``platonic_jax.core.adapter``, 0 = METHOD's loss) and ``cells``: how many cells
     of each setting run it (seeded choice; -1 all, 0 none).
+  calibrate / include_ceiling / selection_rule: the method's options (``core.options``; METHOD's
+    values here, the main job departs from them, ``experiments/configs/main.py`` says why).
+  random_draws: how random-UTD controls are seeded ("cell": by (target, task, source); "run":
+    the main job's key chain, ``platonic_jax.study.Study``). workers: source fine-tunes at once.
   cache_dir: embeddings, sources and the operator bank ("" -> $PLATONIC_JAX_CACHE/experiments
     or ~/.cache/platonic_jax/experiments); shared by all experiments, content-keyed.
   compilation_cache: keep compiled XLA programs in the cache directory.
@@ -105,6 +109,19 @@ def check_name_lists(c: ml_collections.ConfigDict) -> None:
   walk(c, "")
 
 
+def method_options(c: ml_collections.ConfigDict, **values) -> ml_collections.ConfigDict:
+  """Sets the engine's options on ``c`` (``platonic_jax.study.method_options`` reads them; the
+  main job's config sets them too): METHOD's values unless ``values`` says otherwise."""
+  c.calibrate = values.pop("calibrate", False)
+  c.include_ceiling = values.pop("include_ceiling", False)
+  c.selection_rule = values.pop("selection_rule", "min")
+  c.random_draws = values.pop("random_draws", "cell")
+  c.workers = values.pop("workers", 1)
+  if values:
+    raise ValueError(f"unknown engine options {sorted(values)}")
+  return c
+
+
 def base(experiment: str, arg: str | None) -> ml_collections.ConfigDict:
   variant = arg or "default"
   if variant not in VARIANTS:
@@ -134,6 +151,7 @@ def base(experiment: str, arg: str | None) -> ml_collections.ConfigDict:
   c.distinct_sources = variant != "micro"
   c.adapter = ml_collections.ConfigDict(dict(rank=16, steps=500, lr=1e-3, batch=64, cells=8,
                                               keep=0.0))
+  method_options(c)
   c.cache_dir = ""
   c.compilation_cache = True
   if variant == "toy":

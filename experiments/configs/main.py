@@ -58,11 +58,17 @@ Fields:
   negation_strengths: the strengths of Figure 2's curve.
   families / tasks: subsets of the world's families and downstream tasks (empty: all); tuples,
     so the command line takes them: ``--config.families="('clip-a', 'clip-b')"``.
-  workers: source fine-tunes run at once, in threads (``pipeline.finetune_sources``): the
+  workers: source fine-tunes run at once, in threads (``Study.sources``): the
     sources are identical for any value; 2 keeps a 2-core CPU busy between the tiny models'
     step dispatches.
-  compilation_cache: keep compiled XLA programs in the world's cache directory (warm reruns
-    skip compilation).
+  compilation_cache: keep compiled XLA programs in the engine's cache (``cache_dir``/xla; warm
+    reruns skip compilation).
+  cache_dir: the engine's cache of embeddings, source fine-tunes and operators
+    (``platonic_jax.study``; "" -> ``experiments/`` under the world's cache root, where the
+    suite keeps its own), content-keyed: a rerun, or a suite table on the same cells, loads them.
+  random_draws: how random-UTD controls are seeded (``Study(random_draws=...)``): "run" splits
+    ``jax.random.key(seed)`` in the order targets x tasks x sources (the main job's draws since
+    it has had them), "cell" hashes each (target, task, source) (the suite's default).
   export_cells: cells whose edited target the job writes as a Hugging Face checkpoint under
     WORKDIR/export/ (the closed form folded into the target's last affine layer, at the cell's
     strength): "TARGET<-SOURCE:A+B" for an addition cell, "TARGET<-SOURCE:-T" for a negation
@@ -73,7 +79,7 @@ Fields:
 
 import ml_collections
 
-from experiments.configs import toy_world
+from experiments.configs import common, toy_world
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -84,9 +90,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.world = toy_world.get_config(variant)
   c.source = ml_collections.ConfigDict(dict(rank=4, steps=800, lr=2e-2, batch=32, seed=0))
   c.folds = 5
-  c.include_ceiling = True
-  c.selection_rule = "min"
-  c.calibrate = True
+  common.method_options(c, calibrate=True, include_ceiling=True, random_draws="run",
+                        workers=2)
   c.alpha = 0.5
   c.negation_lambda = 1.0
   c.weight_space_lambda = 0.5
@@ -96,7 +101,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.families = ()
   c.tasks = ()
   c.compilation_cache = True
-  c.workers = 2
+  c.cache_dir = ""
   c.export_cells = ()
   if variant == "micro":
     c.source.steps = 60

@@ -64,30 +64,13 @@ def pair_terms(study, target, tasks, sources, alpha, prefix=""):
 def compute(study, config, cell) -> dict:
   if cell["kind"] == "accumulation":
     return accumulate(study, config, cell)
-  from platonic_jax import pipeline
-  from platonic_jax.core import adapter as adapter_lib
-  from platonic_jax.core import baselines
+  from platonic_jax.study import adapter_kwargs, cell_accuracies
   tg, (a, b), srcs = cell["target"], cell["tasks"], cell["sources"]
   alpha = config.alpha
   evals = [a, b] + list(study.controls)
-  for t, s in zip((a, b), srcs):  # one batched solve per grid for every spec the cell reads
-    study.operators(tg, t, [s, "random~" + s] + ([tg] if cell["setting"] != C.SAME else []))
-  acc = {"closed_form": study.closed_form_accuracy(tg, evals, pair_terms(study, tg, (a, b), srcs, alpha)),
-         "random_utd": study.closed_form_accuracy(
-             tg, evals, pair_terms(study, tg, (a, b), srcs, alpha, "random~"))}
-  if cell["setting"] != C.SAME:
-    acc["oracle"] = study.closed_form_accuracy(tg, evals, pair_terms(study, tg, (a, b), (tg, tg), alpha))
-  else:
-    ws = baselines.weight_space_arithmetic(
-        study.model(tg), [(study.source(tg, t).finetuned(), config.weight_space_lambda)
-                          for t in (a, b)])
-    acc["weight_space"] = study.model_accuracy(ws, tg, evals)
-  if cell["adapter"]:
-    desc = study.descriptor(srcs[0], a) + study.descriptor(srcs[1], b)
-    probes, G = study.adapter_inputs(tg, (a, b))
-    ad = adapter_lib.fit_adapter(study.model(tg), desc, probes, G,
-                                 **pipeline.adapter_kwargs(config))
-    acc["adapter"] = study.model_accuracy(ad, tg, evals)
+  acc = cell_accuracies(study, tg, (a, b), srcs, evals, alpha,
+                        weight_space_lambda=config.weight_space_lambda,
+                        adapter=adapter_kwargs(config) if cell["adapter"] else None)
   return {"alpha": alpha, "eval": evals, "controls": list(study.controls),
           "zero_shot": {t: study.zero_shot(tg, t) for t in evals}, "accuracy": acc,
           "ceiling": {t: study.source(tg, t).ceiling for t in (a, b)}}

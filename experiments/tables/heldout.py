@@ -50,8 +50,8 @@ def cells(study, config) -> list[dict]:
 
 
 def compute(study, config, cell) -> dict:
-  from platonic_jax import pipeline
   from platonic_jax.core import adapter as adapter_lib
+  from platonic_jax.study import adapter_kwargs
   tg = cell["target"]
   t1, t2 = config.terms
   evals = list(config.eval_tasks) + [c for c in study.controls if c not in config.eval_tasks]
@@ -67,10 +67,10 @@ def compute(study, config, cell) -> dict:
   acc = {"closed_form": study.closed_form_accuracy(tg, evals, [(op1, config.alpha), (op2, config.alpha)]),
          "single_1": study.closed_form_accuracy(tg, evals, [(op1, config.alpha)])}
   if cell["adapter"]:
-    desc = study.descriptor(k1, t1) + study.descriptor(k2, t2)
+    desc = study.edit_descriptor(tg, (t1, t2), (k1, k2))
     probes, G = study.adapter_inputs(tg, (t1, t2))
     ad = adapter_lib.fit_adapter(study.model(tg), desc, probes, G,
-                                 **pipeline.adapter_kwargs(config))
+                                 **adapter_kwargs(config))
     acc["adapter"] = study.model_accuracy(ad, tg, evals)
   return dict(base, accuracy=acc)
 

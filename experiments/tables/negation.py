@@ -36,25 +36,13 @@ def cells(study, config) -> list[dict]:
 
 
 def compute(study, config, cell) -> dict:
-  from platonic_jax import pipeline
-  from platonic_jax.core import adapter as adapter_lib
   from platonic_jax.core import baselines
+  from platonic_jax.study import adapter_kwargs, cell_accuracies
   tg, (t,), (s,) = cell["target"], cell["tasks"], cell["sources"]
   lam = config.negation_lambda
   evals = [t] + list(study.controls)
-  ops = study.operators(tg, t, [s, "random~" + s] + ([tg] if s != tg else []))
-  acc = {"closed_form": study.closed_form_accuracy(tg, evals, [(ops[s], -lam)]),
-         "random_utd": study.closed_form_accuracy(tg, evals, [(ops["random~" + s], -lam)])}
-  if s != tg:
-    acc["oracle"] = study.closed_form_accuracy(tg, evals, [(ops[tg], -lam)])
-  else:
-    ws = baselines.weight_space_arithmetic(study.model(tg), [(study.source(tg, t).finetuned(), -lam)])
-    acc["weight_space"] = study.model_accuracy(ws, tg, evals)
-  if cell["adapter"]:
-    probes, G = study.adapter_inputs(tg, (t,))
-    ad = adapter_lib.fit_adapter(study.model(tg), -1.0 * study.descriptor(s, t), probes, G,
-                                 **pipeline.adapter_kwargs(config))
-    acc["adapter"] = study.model_accuracy(ad, tg, evals)
+  acc = cell_accuracies(study, tg, (t,), (s,), evals, -lam, weight_space_lambda=-lam,
+                        adapter=adapter_kwargs(config) if cell["adapter"] else None)
   if cell["gradient_ascent"]:
     ga = config.gradient_ascent
     task = study.task(t)

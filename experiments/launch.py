@@ -92,7 +92,8 @@ def build_world(cfg, log: Callable[[str], None] | None = None):
 
 
 def prepare(cfg, who: str, log: Callable[[str], None]):
-  """``(world, pipeline.Prepared)``: the main job's stages 1-3 for a launcher that compares
+  """``(world, pipeline.Prepared)``: the main job's embeddings, sources and operators (its
+  engine's ``Study`` in ``.study``) for a launcher that compares
   families (``transfer_anatomy``, ``strength_frontier``). Refuses, before building anything,
   what ``configure`` refuses and a config with fewer than two families (no cross-model cell to
   read); then the compilation cache, the world, the embeddings, fine-tunes and operators."""

@@ -11,7 +11,11 @@ table's resumable sweep instead (``experiments.suite``: ``experiments.tables`` r
 
 Writes WORKDIR/results.jsonl (one record per cell and method), WORKDIR/summary.json,
 WORKDIR/tables.txt (the paper's Table 1 and Table 2 layouts, also printed) and
-WORKDIR/negation.png, and ends by listing them. Slow stages show progress bars with the time
+WORKDIR/negation.png, and ends by listing them. The main job is one experiment of the engine
+(``platonic_jax.pipeline`` on ``platonic_jax.study``): embeddings, source fine-tunes and
+operators are cached under the engine's cache (``--config.cache_dir``), and each finished cell
+is a record of WORKDIR/cells.jsonl, so a killed run resumes where it stopped when rerun with the
+same command. Slow stages show progress bars with the time
 left on stderr; ``--noprogress`` (or PLATONIC_JAX_PROGRESS=0) silences them.
 """
 

@@ -153,8 +153,15 @@ class Study:
   models: name -> DualEncoder. tasks: name -> TaskData (or the toy world's Task); each
   template must hold exactly one ``{}`` (ValueError naming the task and template otherwise).
   downstream / controls: the task names experiments compose and the controls they report.
-  source: the fine-tune recipe {rank, steps, lr, batch, seed}. seed: selection folds and
-  random-UTD draws. folds: K of the label-free selection.
+  source: the fine-tune recipe {rank, steps, lr, batch, seed}; heads are padded to
+  ``head_pad``. seed: selection folds and random-UTD draws. folds: K of the label-free
+  selection.
+
+  The method's options (``core.options``; every experiment passes its config's through
+  ``method_options``): calibrate (descriptors of another model re-expressed in the target's
+  cosine units), include_ceiling (the selection's rank grid also holds min(C-1, d)),
+  selection_rule ("min" or "1se"). random_draws: "cell" or "run" (``descriptor``). workers:
+  source fine-tunes at once (``sources``).
   """
 
   def __init__(self, models: Mapping[str, Any], tasks: Mapping[str, Any], *, cache_dir: str,

@@ -84,7 +84,7 @@ def repick(ops: Mapping[tuple, Operator], emb, descriptor: Callable, pick: str) 
     ops: the main job's operators (``pipeline.prepare``; random-UTD sources are skipped).
     emb: {model: {task: TaskEmbeddings}} (the probes and class embeddings solved against).
     descriptor: ``(target, task, source) -> Descriptor``, the one each operator solved
-      (``pipeline.operator_descriptor``).
+      (``Study.descriptor(source, task, target=target)``).
   """
   out = {}
   for (tg, t, s), op in ops.items():

@@ -255,17 +255,16 @@ def test_head_features_take_naflex_inputs(naflex):
 
 def test_study_embeds_in_memory_naflex_inputs(naflex, tmp_path):
   """A study whose tasks hold NaflexInputs (preprocessed for the NaFlex model) or PIL images
-  keeps them as NaflexInputs, embeds the distinct sets in one run (``pipeline.embed_unique``
+  keeps them as NaflexInputs, embeds the distinct sets in one run (``study.embed_unique``
   joins them) equal to embedding each alone (1e-5), and caches them by content."""
-  from platonic_jax import pipeline
-  from platonic_jax.study import Study, TaskData
+  from platonic_jax.study import Study, TaskData, embed_unique
   model, x, labels, _ = naflex
   parts = [x[:5], x[5:12], x[:5]]
-  got = pipeline.embed_unique(model, parts)
+  got = embed_unique(model, parts)
   for p, z in zip(parts, got):
     np.testing.assert_allclose(z, pj.embed_images(model, p), atol=1e-5, rtol=0)
   with pytest.raises(TypeError, match="part 1 is a ndarray, not NaflexInputs"):
-    pipeline.embed_unique(model, [x[:2], np.zeros((2, 3, 16, 16), np.float32)])
+    embed_unique(model, [x[:2], np.zeros((2, 3, 16, 16), np.float32)])
   ids = (0, 3, 5, 8, 13, 21)
   pil = pil_images(24)
   tasks = {"mem": TaskData(name="mem", classnames=("cat", "dog", "bird"),

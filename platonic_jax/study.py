@@ -690,6 +690,10 @@ def cell_accuracies(study: Study, target: str, tasks: Sequence[str], sources: Se
   """
   from platonic_jax.core import adapter as adapter_lib
   from platonic_jax.core import baselines
+  # Every closed-form row is scored by ``Study.closed_form_accuracy`` (embedding space, what a
+  # folded CLIP-like target predicts; a SigLIP target's route is the embedding operator,
+  # ``core.options`` "residual_head_route"): the one place a route through edited models
+  # (``core.fold``, the head edit) would go.
   oracle = any(s != target for s in sources)
   for t, s in zip(tasks, sources):  # one batched solve per grid for every spec the cell reads
     study.operators(target, t, [s, "random~" + s] + ([target] if oracle else []))

@@ -5,7 +5,6 @@ import json
 import os
 import types
 
-import ml_collections
 import numpy as np
 import pytest
 

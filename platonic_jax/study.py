@@ -33,13 +33,11 @@ import dataclasses
 import json
 import os
 import re
-import shutil
-import tempfile
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from platonic_jax import progress
+from platonic_jax import atomic, progress
 from platonic_jax.models.preprocess import NaflexInputs
 from platonic_jax.sweep import EmbeddingCache, content_hash, plain
 
@@ -380,10 +378,8 @@ class Study:
     desc = Descriptor.from_embeddings(grid, e.probes, ft_probes, e.G,
                                       provenance=Provenance(source=m, finetune=fid))
     ceiling = zeroshot.accuracy(ft_test, task.test[1], e.G)
-    parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tmp-" + os.path.basename(path) + "-", dir=parent)
-    try:
+    # Processes racing on this source each write it whole; the first rename wins (atomic).
+    with atomic.staged_dir(path) as tmp:
       train.save_adapter(os.path.join(tmp, "adapter"), ft)
       desc.save(os.path.join(tmp, "descriptor.safetensors"))
       meta = {"format": _SOURCE_VERSION, "model": m, "task": t, "recipe": recipe,
@@ -391,13 +387,6 @@ class Study:
               "seconds": time.time() - t0, "finetune": fid}
       with open(os.path.join(tmp, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1, sort_keys=True)
-      try:
-        os.replace(tmp, path)
-      except OSError:  # another process completed the same entry first: keep theirs
-        if not os.path.isfile(os.path.join(path, "meta.json")):
-          raise
-    finally:
-      shutil.rmtree(tmp, ignore_errors=True)
     self.log(f"  fine-tune {m} on {t} (seed {recipe['seed']}): zero-shot "
              f"{meta['zero_shot']:.1f} -> {ceiling:.1f}  ({meta['seconds']:.1f}s)")
 

@@ -129,7 +129,10 @@ class OperatorBank:
       self._write_arrays(os.path.join(tmp, _ARRAYS), op)
       if distributed.is_primary():
         meta = {"format": _FORMAT, **operator_record(op)}
-        atomic.write_json(os.path.join(tmp, _META), meta, indent=1)
+        with open(os.path.join(tmp, _META), "w", encoding="utf-8") as f:
+          json.dump(meta, f, indent=1, sort_keys=True)
+          f.flush()
+          os.fsync(f.fileno())
     return key
 
   @staticmethod

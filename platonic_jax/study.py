@@ -37,8 +37,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from platonic_jax import atomic, progress
+from platonic_jax import progress
 from platonic_jax.models.preprocess import NaflexInputs
+from platonic_jax.parallel import distributed
 from platonic_jax.sweep import EmbeddingCache, content_hash, plain
 
 _SOURCE_VERSION = "source/1"
@@ -378,15 +379,17 @@ class Study:
     desc = Descriptor.from_embeddings(grid, e.probes, ft_probes, e.G,
                                       provenance=Provenance(source=m, finetune=fid))
     ceiling = zeroshot.accuracy(ft_test, task.test[1], e.G)
-    # Processes racing on this source each write it whole; the first rename wins (atomic).
-    with atomic.staged_dir(path) as tmp:
+    # Runs racing on this source each write it whole; the first rename wins. The processes of
+    # one program write it together (the primary host writes: ``distributed.staged_dir``).
+    with distributed.staged_dir(path) as tmp:
       train.save_adapter(os.path.join(tmp, "adapter"), ft)
-      desc.save(os.path.join(tmp, "descriptor.safetensors"))
       meta = {"format": _SOURCE_VERSION, "model": m, "task": t, "recipe": recipe,
               "ceiling": ceiling, "zero_shot": self.zero_shot(m, t),
               "seconds": time.time() - t0, "finetune": fid}
-      with open(os.path.join(tmp, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=1, sort_keys=True)
+      if distributed.is_primary():
+        desc.save(os.path.join(tmp, "descriptor.safetensors"))
+        with open(os.path.join(tmp, "meta.json"), "w") as f:
+          json.dump(meta, f, indent=1, sort_keys=True)
     self.log(f"  fine-tune {m} on {t} (seed {recipe['seed']}): zero-shot "
              f"{meta['zero_shot']:.1f} -> {ceiling:.1f}  ({meta['seconds']:.1f}s)")
 

@@ -238,7 +238,7 @@ def merge_jsonl(path: str, shards: Sequence[str], key: Callable[[dict], Hashable
 
 
 @contextlib.contextmanager
-def staged_dir(final: str, *, replace: bool = False) -> Iterator[str]:
+def staged_dir(final: str, *, replace: bool = False, create: bool = True) -> Iterator[str]:
   """``platonic_jax.atomic.staged_dir`` for an entry that every process of the program writes
   together (a collective: every process enters it, in the same order): yields the same
   temporary directory on every process (process 0's name, broadcast; created by process 0).
@@ -247,10 +247,11 @@ def staged_dir(final: str, *, replace: bool = False) -> Iterator[str]:
   process (``is_primary``) writes plain files. After a barrier process 0 publishes it
   (``atomic.publish_dir``); after a second barrier every process can read it. One process:
   exactly ``atomic.staged_dir(final, replace=replace)``. Needs a file system that every
-  process sees (one host, or a shared file system)."""
+  process sees (one host, or a shared file system). ``create=False``: the temporary is not
+  created (an Orbax save of the whole entry creates it)."""
   from platonic_jax import atomic
   if jax.process_count() == 1:
-    with atomic.staged_dir(final, replace=replace) as tmp:
+    with atomic.staged_dir(final, replace=replace, create=create) as tmp:
       yield tmp
     return
   final = os.path.abspath(os.fspath(final))
@@ -258,12 +259,16 @@ def staged_dir(final: str, *, replace: bool = False) -> Iterator[str]:
   name = broadcast_str(atomic.temp_name("tmp"))
   tmp = os.path.join(parent, name)
   if is_primary():
-    os.makedirs(tmp)
+    os.makedirs(parent, exist_ok=True)
+    if create:
+      os.makedirs(tmp)
   barrier(f"staged:{name}:made")
   try:
     yield tmp
     barrier(f"staged:{name}:written")
     if is_primary():
+      if not os.path.isdir(tmp):
+        raise FileNotFoundError(f"nothing was written for {final}")
       atomic.publish_dir(tmp, final, replace=replace)
     barrier(f"staged:{name}:published")
   finally:

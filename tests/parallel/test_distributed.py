@@ -5,7 +5,6 @@ failing process (plain Python processes, no JAX)."""
 import io
 import json
 import os
-import sys
 import textwrap
 
 import pytest
@@ -142,3 +141,29 @@ def test_launch_local_refuses_bad_arguments(argv, match, capsys):
   with pytest.raises(SystemExit) as e:
     launch_local.parse(argv)
   assert match in str(e.value) + capsys.readouterr().err
+
+
+def test_every_launcher_takes_the_start_up_flags_and_starts_first():
+  """Each ``app.run`` launcher under experiments/ defines the three flags and joins the other
+  processes in ``main`` (read from the source: importing every launcher would define their
+  flags twice)."""
+  import ast
+  base = os.path.join(ROOT, "experiments")
+  launchers = []
+  for dirpath, _, files in os.walk(base):
+    for f in files:
+      src = open(os.path.join(dirpath, f), encoding="utf-8").read() if f.endswith(".py") else ""
+      if "app.run(main)" in src:
+        launchers.append(f)
+        tree = ast.parse(src)
+        calls = {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        assert "launch.define_distributed_flags" in calls, f
+        main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
+        assert "launch.start_distributed()" in ast.unparse(main), f
+  assert "main.py" in launchers and "bench_embed.py" in launchers and len(launchers) >= 10
+
+
+def test_one_process_feeds_every_row_of_a_batch():
+  from platonic_jax.parallel import mesh
+  m = mesh.data_mesh()
+  assert mesh.process_rows(m, 4 * m.devices.size) == (0, 4 * m.devices.size)

@@ -147,7 +147,9 @@ def finetune_sources(models, tasks, emb, names: Sequence[str], cfg, log=print,
     return src
 
   items = [(m, t) for m in models for t in names]
-  if workers == 1:
+  # Several processes: embeddings are collectives over every process, which must be issued in
+  # the same order everywhere, so no threads (their order differs between processes).
+  if workers == 1 or jax.process_count() > 1:
     done = [one(item) for item in items]
   else:
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:

@@ -7,6 +7,10 @@ Every host runs the same command; ``initialize`` joins the processes with
 CPU backend cross-process collectives use gloo, so the same code runs as local processes here
 (``experiments.launch_local``).
 
+A computation on the global mesh (an embedding: ``platonic_jax.embed``) is a collective: every
+process must issue the same ones in the same order, so none may be issued from threads whose
+order differs between processes (``pipeline.finetune_sources`` runs one after another then).
+
 Helpers for dividing work and writing results once: ``process_index``/``process_count``/
 ``is_primary``, ``barrier``, ``assign`` (a deterministic balanced assignment of items to
 processes), ``shard_path``/``merge_jsonl`` (per-process results shards merged by the primary

@@ -98,13 +98,17 @@ def test_shards_merge_once_per_key_in_key_order(tmp_path):
 
 
 WORKER = textwrap.dedent("""
-    import sys, time
+    import os, sys, time
     args = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--"))
     print("pid", args["process_id"], "of", args["num_processes"], args["coordinator_address"],
           flush=True)
-    if args["process_id"] == "1":
-        sys.exit(3)
-    time.sleep(60)   # process 0 would hang: the launcher must stop it
+    if args["process_id"] == "0":
+        open(args["marker"], "w").close()
+        time.sleep(60)   # process 0 would hang: the launcher must stop it
+    deadline = time.time() + 60
+    while not os.path.exists(args["marker"]) and time.time() < deadline:
+        time.sleep(0.01)  # fail only once process 0 has printed its line
+    sys.exit(3)
     """)
 
 
@@ -113,9 +117,10 @@ def test_launch_local_prefixes_logs_and_fails_when_a_process_fails(tmp_path, mon
   (tmp_path / "mp_fail_worker.py").write_text(WORKER)
   monkeypatch.syspath_prepend(str(tmp_path))
   monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+  marker = f"--marker={tmp_path / 'p0_started'}"
   opts, cmd = launch_local.parse(["--processes=2", "--devices_per_process=3", "--",
-                                  "mp_fail_worker", "--x=1"])
-  assert cmd == ["mp_fail_worker", "--x=1"] and opts.devices_per_process == 3
+                                  "mp_fail_worker", marker])
+  assert cmd == ["mp_fail_worker", marker] and opts.devices_per_process == 3
   out = io.StringIO()
   import time
   t0 = time.time()

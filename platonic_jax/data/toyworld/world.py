@@ -21,9 +21,9 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from platonic_jax.parallel import distributed
 from platonic_jax.data import tokenizer as tok
 from platonic_jax.data.toyworld import captions, render, tasks as tasks_lib
+from platonic_jax.parallel import distributed
 
 # Bump when rendering, captions or the trainer change what a config produces.
 WORLD_VERSION = "toyworld/3"

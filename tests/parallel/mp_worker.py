@@ -3,8 +3,8 @@
 
 Writes into ``--out``: ``p<i>.npz`` (the split embedded over the global mesh of every process,
 and over this process's devices alone) and ``p<i>.json`` (what it saw), after a collective
-operator-bank write and a race of both processes on one embedding-cache entry and one
-directory cache entry.
+operator-bank write, a collective LoRA-adapter save (Orbax's multi-process path) and a race of
+both processes on one embedding-cache entry and one directory cache entry.
 """
 
 import json
@@ -53,6 +53,17 @@ def main(argv):
   key = bank.put(Operator(W=W, grid=grid, target_id="m", source="s", rank=2, ridge=1e-2))
   got = np.asarray(bank.get(*key).W)
 
+  # A LoRA adapter (a study source's checkpoint) saved collectively, loaded by every process.
+  from flax import nnx
+
+  from platonic_jax.core import lora, train
+  ft = model.clone()
+  lora.attach(ft.module, rank=2, rngs=nnx.Rngs(p))  # differs per process: process 0's is kept
+  saved = [np.asarray(ad.a) for ad in lora.adapters(ft.module).values()]
+  back = train.load_adapter(train.save_adapter(os.path.join(_OUT.value, "adapter"), ft), model)
+  loaded = [np.asarray(ad.a) for ad in lora.adapters(back.module).values()]
+  ref = lora.adapters(train.load_adapter(os.path.join(_OUT.value, "adapter"), model).module)
+
   # Both processes at once on one cache entry of each kind: a file (the embedding cache) and a
   # directory (first rename wins).
   cache = EmbeddingCache(os.path.join(_OUT.value, "emb"))
@@ -71,7 +82,10 @@ def main(argv):
   parts = sorted(os.listdir(entry))
   json.dump({"process": p, "processes": jax.process_count(), "devices": jax.device_count(),
              "local_devices": jax.local_device_count(),
-             "bank_equal": bool(np.array_equal(got, W)), "bank_keys": [list(k) for k in bank.keys()],
+             "bank_equal": bool(np.array_equal(got, W)),
+             "adapter_is_mine": bool(len(saved) == len(loaded) > 0 and all(
+                 np.array_equal(a, b) for a, b in zip(saved, loaded))),
+             "adapter_sum": float(sum(np.asarray(ad.a).sum() for ad in ref.values())), "bank_keys": [list(k) for k in bank.keys()],
              "cache_equal": bool(np.array_equal(readback, on_all)), "dir_entry": parts,
              "broadcast": dist.broadcast_str(f"from {p}")},
             open(os.path.join(_OUT.value, f"p{p}.json"), "w"))

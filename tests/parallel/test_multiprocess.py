@@ -84,3 +84,12 @@ def test_racing_processes_leave_whole_cache_entries(program):
   assert all((entry / f"part{i}").read_text() == f"{i}\n" for i in range(50))
   leftovers = [n for d in (out, out / "emb") for n in os.listdir(d) if n.startswith(".")]
   assert leftovers == []
+
+
+def test_adapter_saved_collectively_is_process_0s_and_read_by_all(program):
+  out, _, _ = program
+  seen = [_seen(out, p) for p in (0, 1)]
+  # Each process attached its own random adapter: the primary host's is the one written.
+  assert seen[0]["adapter_is_mine"] and not seen[1]["adapter_is_mine"]
+  assert seen[0]["adapter_sum"] == seen[1]["adapter_sum"]
+  assert [n for n in os.listdir(out) if n.startswith(".")] == []

@@ -1,8 +1,7 @@
 """One process of the local multi-process program of ``test_multiprocess.py`` (started by
 ``experiments.launch_local`` with the three start-up flags, as any launcher is).
 
-Writes into ``--out``: ``p<i>.npz`` (the split embedded over the global mesh of every process,
-and over this process's devices alone) and ``p<i>.json`` (what it saw), after a collective
+Writes into ``--out``: ``p<i>.npz`` (the split embedded over the global mesh of every process) and ``p<i>.json`` (what it saw), after a collective
 operator-bank write, a collective LoRA-adapter save (Orbax's multi-process path) and a race of
 both processes on one embedding-cache entry and one directory cache entry.
 """
@@ -26,7 +25,6 @@ def main(argv):
   n = launch.start_distributed()
   import jax
   import numpy as np
-  from jax.sharding import Mesh
 
   import platonic_jax as pj
   from platonic_jax import atomic
@@ -42,9 +40,7 @@ def main(argv):
   model = pj.load_model(_CKPT.value)
   x = fixtures.random_pixels(N_IMAGES, "grid5_quick")
   on_all = pj.embed_images(model, x, batch_size=BATCH)  # the global data mesh
-  local_mesh = Mesh(np.asarray(jax.local_devices()), ("data",))
-  on_local = pj.embed_images(model, x, batch_size=BATCH, mesh=local_mesh)
-  np.savez(os.path.join(_OUT.value, f"p{p}.npz"), all=on_all, local=on_local)
+  np.savez(os.path.join(_OUT.value, f"p{p}.npz"), all=on_all)
 
   # The operator bank through Orbax's multi-process path; then every process reads it.
   W = np.random.default_rng(0).standard_normal((6, 6)).astype(np.float32)

@@ -56,11 +56,9 @@ def test_embedding_over_processes_equals_one_process(program):
   assert got[0]["all"].shape == one.shape == (mp_worker.N_IMAGES, 12)
   # Every process holds the whole gathered result, bit for bit the same.
   np.testing.assert_array_equal(got[0]["all"], got[1]["all"])
-  # 4 devices over 2 processes against one process (its devices, and this test's): the
-  # per-device batch differs, so XLA may round the last bits differently.
-  for g in got:
-    assert np.abs(g["all"] - one).max() <= 1e-6
-    assert np.abs(g["local"] - one).max() <= 1e-6
+  # 4 devices over 2 processes against this one process: the per-device batch may differ, so
+  # XLA may round the last bits differently (1 process x 4 devices gives the same bits).
+  assert np.abs(got[0]["all"] - one).max() <= 1e-6
 
 
 def test_operator_bank_written_once_read_by_every_process(program):

@@ -36,11 +36,6 @@ _MULTIHOST_ENV = ("JAX_COORDINATOR_ADDRESS", "TPU_WORKER_HOSTNAMES",
 _COUNT_ENV = ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
 
 
-def _initialized() -> bool:
-  from jax._src import distributed as _dist  # the client exists once initialize has run
-  return getattr(_dist.global_state, "client", None) is not None
-
-
 def looks_multiprocess(env: dict | None = None) -> bool:
   """Whether the environment ``env`` (default ``os.environ``) was set up by a multi-process
   launcher that ``jax.distributed.initialize()`` detects: a JAX coordinator address, a Cloud
@@ -93,7 +88,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   collectives are gloo's (``jax_cpu_collectives_implementation``).
   """
   explicit = check_args(coordinator_address, num_processes, process_id)
-  if _initialized():
+  if jax.distributed.is_initialized():
     return jax.process_count()
   if explicit and num_processes == 1:
     return 1

@@ -45,8 +45,12 @@ def parse_recipes(items) -> list[tuple[int, float]]:
   return out
 
 
+launch.define_distributed_flags()
+
+
 def main(argv):
   del argv
+  launch.start_distributed()  # first: before anything touches a JAX device
   import numpy as np
 
   from platonic_jax import pipeline

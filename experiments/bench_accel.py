@@ -37,7 +37,7 @@ from typing import Any
 
 from absl import app, flags
 
-from experiments import bench_common, flops
+from experiments import bench_common, flops, launch
 
 FLAGS = flags.FLAGS
 flags.DEFINE_bool("tiny", False, "tiny shapes (seconds on a CPU); what the test runs")
@@ -346,8 +346,12 @@ def format_result(result: dict[str, Any]) -> str:
   return "\n".join(lines)
 
 
+launch.define_distributed_flags()
+
+
 def main(argv):
   del argv
+  launch.start_distributed()  # first: before anything touches a JAX device
   import jax
   accelerator = jax.default_backend() != "cpu"
   cfg = tiny_config() if FLAGS.tiny else paper_config(accelerator)

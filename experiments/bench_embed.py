@@ -18,7 +18,7 @@ import tempfile
 
 from absl import app, flags
 
-from experiments import bench_common
+from experiments import bench_common, launch
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("batch", ["8", "32"], "images per batch; one measurement per value")
@@ -50,8 +50,12 @@ def vit_flops(batch, image, patch, hidden, layers, proj, mlp=None, last_cls_only
   return batch * ((layers - 1) * block + last + patch_embed + 2 * hidden * proj)
 
 
+launch.define_distributed_flags()
+
+
 def main(argv):
   del argv
+  launch.start_distributed()  # first: before anything touches a JAX device
   import numpy as np
   import torch
   from transformers import CLIPConfig, CLIPModel

@@ -49,7 +49,7 @@ import tempfile
 import time
 
 from absl import app, flags
-from experiments import bench_common, malloc_env
+from experiments import bench_common, launch, malloc_env
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("batch", 16, "probe images per step")
@@ -172,11 +172,15 @@ def jax_side(model_dir, probes, G, U, rank):
 LR = 1e-3
 
 
+launch.define_distributed_flags()
+
+
 def main(argv):
   del argv
   # glibc reads its tunables at start-up only: run again with the settings in place.
   malloc_env.reexec_with_tunables("experiments.bench_lora", sys.argv[1:],
                                   hugepages=FLAGS.hugepages, keep_memory=FLAGS.keep_memory)
+  launch.start_distributed()  # after the re-exec, before anything touches a JAX device
   if FLAGS.dots != "auto":
     os.environ["PLATONIC_JAX_CPU_DOTS"] = FLAGS.dots
   print(bench_common.machine_line())

@@ -27,7 +27,7 @@ import time
 import numpy as np
 from absl import app, flags
 
-from experiments import bench_common
+from experiments import bench_common, launch
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("sources", 64, "source descriptors S")
@@ -74,8 +74,12 @@ def make_data(S, n, d, C, cone, seed):
   return Z.astype(np.float32), G.astype(np.float32), Us.astype(np.float32)
 
 
+launch.define_distributed_flags()
+
+
 def main(argv):
   del argv
+  launch.start_distributed()  # first: before anything touches a JAX device
   import jax
   import jax.numpy as jnp
 

@@ -1,6 +1,7 @@
 """What the launchers that run the main job's config share (``experiments.main``,
-``transfer_anatomy``, ``strength_frontier``, ``adapter_holdout``). Defines no flags, so any
-launcher may import it.
+``transfer_anatomy``, ``strength_frontier``, ``adapter_holdout``), and the multi-process
+start-up of every launcher (``define_distributed_flags`` + ``start_distributed``). Importing it
+defines no flags, so any launcher may import it.
 """
 
 import os
@@ -10,6 +11,31 @@ from typing import Callable, Sequence
 # The help of each launcher's ``--progress`` flag (defined there: this module defines no flags).
 PROGRESS_HELP = ("progress bars with the time left, on stderr: --noprogress silences them, "
                  "--progress shows them; unset, PLATONIC_JAX_PROGRESS decides (on unless 0)")
+
+
+def define_distributed_flags() -> None:
+  """Defines ``--coordinator_address``, ``--num_processes`` and ``--process_id`` (the arguments
+  of ``jax.distributed.initialize``) in the calling launcher; ``start_distributed`` applies
+  them. Call it once, at the launcher's import."""
+  from absl import flags
+  flags.DEFINE_string("coordinator_address", None, "host:port of process 0's coordinator "
+                      "service, the same on every process (with --num_processes and "
+                      "--process_id); unset: auto-detected on Cloud TPU, SLURM and Open MPI, "
+                      "else one process")
+  flags.DEFINE_integer("num_processes", None, "number of processes of the program")
+  flags.DEFINE_integer("process_id", None, "this process's index, 0 .. num_processes-1")
+
+
+def start_distributed() -> int:
+  """Joins the processes of one program (``platonic_jax.parallel.distributed.initialize``)
+  from the flags ``define_distributed_flags`` defined; returns the process count. Call it first
+  in the launcher's ``main``, before anything touches a JAX device. A bad combination is a
+  ValueError naming the flag."""
+  from absl import flags
+
+  from platonic_jax.parallel import distributed
+  f = flags.FLAGS
+  return distributed.initialize(f.coordinator_address, f.num_processes, f.process_id)
 
 
 def set_progress(value: bool | None) -> None:
@@ -109,13 +135,7 @@ def prepare(cfg, who: str, log: Callable[[str], None]):
 
 
 def write_json(workdir: str, name: str, obj) -> str:
-  """Writes ``obj`` to ``workdir/name`` atomically (a temporary file, then a rename); returns
-  the path."""
-  import json
-
-  os.makedirs(workdir, exist_ok=True)
-  path = os.path.join(workdir, name)
-  with open(path + ".tmp", "w") as f:
-    json.dump(obj, f, indent=2, sort_keys=True)
-  os.replace(path + ".tmp", path)
-  return path
+  """Writes ``obj`` to ``workdir/name`` atomically (``platonic_jax.atomic``: a unique temporary
+  file, then a rename); returns the path."""
+  from platonic_jax import atomic
+  return atomic.write_json(os.path.join(workdir, name), obj)

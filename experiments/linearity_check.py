@@ -18,6 +18,8 @@ jax.config.update("jax_enable_x64", True)  # before any array is created
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
+from experiments import launch
+
 from platonic_jax.core.analysis import linearity_check  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -50,8 +52,12 @@ def _arrays():
   return Z, G, Us
 
 
+launch.define_distributed_flags()
+
+
 def main(argv):
   del argv
+  launch.start_distributed()  # first: before anything touches a JAX device
   Z, G, Us = _arrays()
   print(f"grid: n={Z.shape[0]} d={Z.shape[1]} C={G.shape[0]}  rank={FLAGS.rank} "
         f"ridge={FLAGS.ridge:g}  combination U1 - 1.5 U2 + U3")

@@ -37,19 +37,21 @@ _KEEP_MEMORY = flags.DEFINE_bool(
     "default main job's warm run takes 169 s with them and 248 s without)")
 
 
+launch.define_distributed_flags()
+
+
 def main(argv):
   del argv
   from platonic_jax import pipeline
   from platonic_jax.data.toyworld.world import is_cached
-  from platonic_jax.parallel.mesh import initialize_distributed
 
-  initialize_distributed()
   logging.set_verbosity(logging.WARNING)  # keep Orbax's per-checkpoint info lines out
   launch.set_progress(_PROGRESS.value)
   log = launch.timed_log()
   config = _CONFIG.value
   if config.get("experiment", "main") != "main":
     from experiments import suite
+    launch.start_distributed()
     suite.main(config, _WORKDIR.value if flags.FLAGS["workdir"].present else None, log)
     return
   launch.configure(config)  # refuse a bad config before building anything; seed it
@@ -62,6 +64,8 @@ def main(argv):
     # world, 2 cores) but slow contrastive pretraining down (clip-a 107 s against 75 s).
     from experiments import malloc_env
     malloc_env.reexec_with_tunables("experiments.main", sys.argv[1:])
+  # After the re-exec (a re-executed process joins the others once), before any device is used.
+  launch.start_distributed()
   log(f"[0/5] toy world '{config.world.variant}' seed {config.seed}: pretraining or cache")
   world = launch.build_world(config, log)
   pipeline.run(world, config, _WORKDIR.value, log=log)

@@ -27,7 +27,8 @@ import sys
 from typing import Sequence
 
 from experiments import tables
-from platonic_jax.sweep import atomic_write, read_records
+from platonic_jax.atomic import write_bytes as atomic_write
+from platonic_jax.sweep import read_records
 
 
 MAIN_JOB_FIELDS = {"kind", "target", "tasks", "sources", "setting", "method", "accuracy", "delta"}

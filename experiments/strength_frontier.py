@@ -37,8 +37,12 @@ _PROGRESS = flags.DEFINE_bool("progress", None, launch.PROGRESS_HELP)
 _PICKS = flags.DEFINE_list("picks", ["min", "1se", "cap2"], "operator picks to evaluate")
 
 
+launch.define_distributed_flags()
+
+
 def main(argv):
   del argv
+  launch.start_distributed()  # first: before anything touches a JAX device
   from platonic_jax.eval import frontier
 
   logging.set_verbosity(logging.WARNING)

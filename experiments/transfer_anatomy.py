@@ -38,8 +38,12 @@ _WORKDIR = flags.DEFINE_string("workdir", "workdir/anatomy", "where anatomy.json
 _PROGRESS = flags.DEFINE_bool("progress", None, launch.PROGRESS_HELP)
 
 
+launch.define_distributed_flags()
+
+
 def main(argv):
   del argv
+  launch.start_distributed()  # first: before anything touches a JAX device
   from platonic_jax.eval.anatomy import descriptor_agreement, format_tables, shift_parts
 
   logging.set_verbosity(logging.WARNING)

@@ -14,7 +14,8 @@ e.g. every tiny test model) are never measured and keep XLA's defaults; other ba
 
 ``PLATONIC_JAX_CPU_DOTS`` = "auto" (default) | "xla" | "eigen" pins the choice. The two kernels
 round differently (results differ in the last bits), and "auto" decides per process: pin one
-for results that are bit-identical across processes.
+for results that are bit-identical across processes. In a program of several processes
+(``jax.distributed``) "auto" keeps XLA's defaults, so every process compiles the same program.
 """
 
 from __future__ import annotations
@@ -102,8 +103,8 @@ def choose(m: int, k: int, n: int) -> str:
   md = mode()
   if md != "auto":
     return md
-  if jax.default_backend() != "cpu" or 2 * m * k * n < MIN_FLOPS:
-    return "xla"
+  if jax.default_backend() != "cpu" or 2 * m * k * n < MIN_FLOPS or jax.process_count() > 1:
+    return "xla"  # several processes run one program: no process may choose differently
   key = (m, k, n)
   if key not in _CHOICES:
     t = _time_matmul(m, k, n)

@@ -478,10 +478,10 @@ def write_outputs(workdir: str, records: Sequence[dict], summary: dict, curve: d
   into ``workdir``: each to a temporary sibling first (the plot, the one most likely to fail,
   first of all), then all renamed into place, so a failure leaves the workdir as it was
   (temporaries removed)."""
-  os.makedirs(workdir, exist_ok=True)
+  from platonic_jax import atomic
   names = OUTPUTS + ((TABLES,) if tables is not None else ())
-  tmp = {n: os.path.join(workdir, f".tmp-{n}") for n in names}  # keeps the extension
-  try:
+  with atomic.staged_files([os.path.join(workdir, n) for n in names]) as staged:
+    tmp = {n: staged[os.path.abspath(os.path.join(workdir, n))] for n in names}
     plot_negation_curve(curve, tmp["negation.png"])
     with open(tmp["results.jsonl"], "w") as f:
       for r in records:
@@ -491,9 +491,3 @@ def write_outputs(workdir: str, records: Sequence[dict], summary: dict, curve: d
     if tables is not None:
       with open(tmp[TABLES], "w") as f:
         f.write(tables.strip("\n") + "\n")
-    for n in names:
-      os.replace(tmp[n], os.path.join(workdir, n))
-  finally:
-    for path in tmp.values():
-      if os.path.exists(path):
-        os.remove(path)

@@ -33,8 +33,6 @@ import dataclasses
 import json
 import os
 import re
-import shutil
-import tempfile
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -42,6 +40,7 @@ import numpy as np
 from platonic_jax import progress
 from platonic_jax.core.analysis import CONSENSUS
 from platonic_jax.models.preprocess import NaflexInputs
+from platonic_jax.parallel import distributed
 from platonic_jax.sweep import EmbeddingCache, content_hash, plain
 
 _SOURCE_VERSION = "source/2"
@@ -427,6 +426,10 @@ class Study:
       for m, t, _ in todo:  # embeddings first, in this thread (one run per model)
         self.emb(m, t)
       train = lambda item: self._train(item[0], item[1], recipe)
+      # Several processes: embeddings are collectives over every process, which must be issued
+      # in the same order everywhere, so no threads (their order differs between processes).
+      if distributed.process_count() > 1:
+        workers = 1
       if workers == 1 or len(todo) == 1:
         done = map(train, todo)
       else:
@@ -475,27 +478,20 @@ class Study:
             "seconds": seconds}
 
   def _store(self, path: str, m: str, t: str, recipe: dict, result: dict) -> None:
-    """Writes a fine-tune (``_train``) as the cache entry ``path``, atomically."""
+    """Writes a fine-tune (``_train``) as the cache entry ``path``. Runs racing on this source
+    each write it whole; the first rename wins. The processes of one program write it together
+    (the primary host writes: ``distributed.staged_dir``)."""
     from platonic_jax.core import train
-    parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tmp-" + os.path.basename(path) + "-", dir=parent)
-    try:
+    with distributed.staged_dir(path) as tmp:
       train.save_adapter(os.path.join(tmp, "adapter"), result["model"])
-      result["descriptor"].save(os.path.join(tmp, "descriptor.safetensors"))
-      meta = {"format": _SOURCE_VERSION, "model": m, "task": t, "recipe": recipe,
-              "pad_classes": self.head_pad(t), "ceiling": result["ceiling"],
-              "zero_shot": self.zero_shot(m, t), "seconds": result["seconds"],
-              "finetune": result["finetune"]}
-      with open(os.path.join(tmp, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=1, sort_keys=True)
-      try:
-        os.replace(tmp, path)
-      except OSError:  # another process completed the same entry first: keep theirs
-        if not os.path.isfile(os.path.join(path, "meta.json")):
-          raise
-    finally:
-      shutil.rmtree(tmp, ignore_errors=True)
+      if distributed.is_primary():
+        result["descriptor"].save(os.path.join(tmp, "descriptor.safetensors"))
+        meta = {"format": _SOURCE_VERSION, "model": m, "task": t, "recipe": recipe,
+                "pad_classes": self.head_pad(t), "ceiling": result["ceiling"],
+                "zero_shot": self.zero_shot(m, t), "seconds": result["seconds"],
+                "finetune": result["finetune"]}
+        with open(os.path.join(tmp, "meta.json"), "w") as f:
+          json.dump(meta, f, indent=1, sort_keys=True)
 
   def _load_source(self, m: str, t: str, seed: int, path: str) -> Source:
     from platonic_jax.core import train

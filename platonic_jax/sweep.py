@@ -16,7 +16,8 @@ a silent mix.
 
 ``EmbeddingCache`` stores arrays as safetensors files named by the sha256 of what determines
 them (model fingerprint, the split's content hash, what is embedded), written atomically
-(temporary file + ``os.replace``), so nothing is embedded twice across runs and processes.
+(``platonic_jax.atomic``: a unique temporary file, then a rename), so nothing is embedded twice
+across runs, and processes racing on one entry each publish a whole file.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from platonic_jax import progress
+from platonic_jax import atomic, progress
 
 # Config fields that change where, how fast or how verbosely a run works, never what it computes
 # (``workers``: source fine-tunes at once, identical for any value; ``export_cells``: extra
@@ -204,23 +205,6 @@ def content_hash(*parts: Any) -> str:
   return h.hexdigest()
 
 
-def atomic_write(path: str, data: bytes) -> None:
-  """Writes ``data`` to a temporary file beside ``path`` and renames it into place."""
-  d = os.path.dirname(os.path.abspath(path))
-  os.makedirs(d, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
-  try:
-    with os.fdopen(fd, "wb") as f:
-      f.write(data)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
-
-
 def check_writable_dir(path: str | os.PathLike, what: str = "directory") -> str:
   """Refuses, with a ValueError naming ``path`` and the reason, a directory that a run could not
   write into: an existing non-directory, a path under a regular file, and a directory (or, when
@@ -275,7 +259,7 @@ class EmbeddingCache:
   def put(self, key: str, x) -> np.ndarray:
     import safetensors.numpy
     x = np.ascontiguousarray(np.asarray(x, np.float32))
-    atomic_write(self.path(key), safetensors.numpy.save({"x": x}))
+    atomic.write_bytes(self.path(key), safetensors.numpy.save({"x": x}))
     self.misses += 1
     return x
 

@@ -69,7 +69,8 @@ def run(config, workdir: str, *, log: Callable[[str], None] = print, world=None,
   """
   from platonic_jax import study as study_lib
   from platonic_jax.core import options
-  from platonic_jax.sweep import Sweep, atomic_write, check_writable_dir, config_hash, plain
+  from platonic_jax.atomic import write_bytes as atomic_write
+  from platonic_jax.sweep import Sweep, check_writable_dir, config_hash, plain
   from experiments.configs.common import check_name_lists
   module = get(config.experiment)
   check_name_lists(config)

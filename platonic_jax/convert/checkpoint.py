@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from typing import Callable, Mapping
 
 import numpy as np
+
+from platonic_jax import atomic
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -203,7 +204,8 @@ def write_checkpoint(out_dir: str, config: Mapping, tensors: Mapping[str, np.nda
         "no other file is touched)")
   parent = out_dir if existing is not None else os.path.dirname(out_dir)
   os.makedirs(parent, exist_ok=True)
-  tmp = tempfile.mkdtemp(prefix=".tmp-export-", dir=parent)
+  tmp = os.path.join(parent, atomic.temp_name("tmp"))  # unique to this process and call
+  os.makedirs(tmp)
   try:
     with open(os.path.join(tmp, config_name), "w") as f:
       json.dump(dict(config), f, indent=2, sort_keys=True)

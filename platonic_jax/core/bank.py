@@ -15,6 +15,13 @@ process that made it is gone (same host, no such pid) or when it is older than
 ``STALE_SECONDS`` (one hour; writing an entry takes seconds), which also covers temporaries of
 other hosts sharing the directory and of older versions (``.tmp-<uuid>``). A live writer's
 temporary is never removed (pid reuse can only delay a removal); entries are never touched.
+Temporaries, staleness and renames are ``platonic_jax.atomic``'s.
+
+In a program of several processes (``platonic_jax.parallel.distributed``) ``put`` is a
+collective: every process calls it with the same operator, the entry goes through Orbax's
+multi-process path (the primary host writes the arrays and the metadata, into one temporary
+named by process 0) and process 0 renames it into place; then every host can read it (the bank
+must be on a file system every process sees).
 
 Any composition at any strengths is the signed sum `sum_l s_l W_l` of stored operators, which
 folds as `K' = K (I + sum_l s_l W_l)`. A bank only ever composes operators solved for the model
@@ -28,10 +35,6 @@ import json
 import logging
 import os
 import re
-import shutil
-import socket
-import time
-import uuid
 from typing import Iterator, Mapping
 
 import jax
@@ -39,7 +42,9 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from platonic_jax import atomic
 from platonic_jax.core.descriptor import float_dtype
+from platonic_jax.parallel import distributed
 from platonic_jax.core.operator import Operator, operator_from_record, operator_record
 
 _FORMAT = "platonic_jax.operator_bank_entry/1"
@@ -48,9 +53,11 @@ _ARRAYS = "arrays"
 
 Key = tuple[str, str, str]
 
-STALE_SECONDS = 3600.0
-_TEMP = re.compile(r"^\.(?:tmp|trash)-(?:(\d+)-(.+)-)?([0-9a-f]{32})$")
 log = logging.getLogger(__name__)
+# Temporaries: ``platonic_jax.atomic`` (``.tmp-<pid>-<host>-<uuid>``); re-exported names.
+STALE_SECONDS = atomic.STALE_SECONDS
+is_stale = atomic.is_stale
+_host = atomic.host
 
 
 class MissingOperatorError(KeyError):
@@ -66,41 +73,6 @@ class TargetMismatchError(ValueError):
 
 def _slug(s: str) -> str:
   return re.sub(r"[^A-Za-z0-9._-]+", "-", s).strip("-.")[:48] or "x"
-
-
-def _host() -> str:
-  return _slug(socket.gethostname())
-
-
-def _temp_name(kind: str) -> str:
-  """``.<kind>-<pid>-<host>-<uuid>``: a temporary that names the process writing it."""
-  return f".{kind}-{os.getpid()}-{_host()}-{uuid.uuid4().hex}"
-
-
-def _pid_alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except OSError:  # exists but is not ours (EPERM), or cannot tell: keep its temporary
-    return True
-  return True
-
-
-def is_stale(path: str, now: float | None = None, max_age: float = STALE_SECONDS) -> bool:
-  """Whether the bank temporary at ``path`` is left over (see the module docstring): its
-  process is gone (same host) or it is older than ``max_age`` seconds. Not a temporary: False."""
-  m = _TEMP.match(os.path.basename(path))
-  if m is None:
-    return False
-  try:
-    age = (time.time() if now is None else now) - os.lstat(path).st_mtime
-  except FileNotFoundError:
-    return False
-  if age > max_age:
-    return True
-  pid, host = m.group(1), m.group(2)
-  return pid is not None and host == _host() and not _pid_alive(int(pid))
 
 
 def entry_name(key: Key) -> str:
@@ -131,20 +103,7 @@ class OperatorBank:
     """Removes the temporaries that interrupted writes left in the bank (``is_stale``); returns
     their names. Entries and a live writer's temporaries are left alone; a temporary that
     cannot be removed (a read-only bank) stays, without an error."""
-    removed = []
-    for name in sorted(os.listdir(self.directory)):
-      path = os.path.join(self.directory, name)
-      if not is_stale(path, max_age=max_age):
-        continue
-      if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
-      else:
-        try:
-          os.remove(path)
-        except OSError:
-          pass
-      if not os.path.lexists(path):
-        removed.append(name)
+    removed = atomic.clean_stale(self.directory, max_age=max_age)
     if removed:
       log.info("removed %d stale temporaries from operator bank %s: %s", len(removed),
                self.directory, removed)
@@ -163,45 +122,29 @@ class OperatorBank:
     final = os.path.join(self.directory, entry_name(key))
     if os.path.exists(final) and not overwrite:
       raise FileExistsError(f"bank already holds {_fmt(key)}; pass overwrite=True to replace it")
-    tmp = os.path.join(self.directory, _temp_name("tmp"))
-    trash = None
-    try:
-      os.makedirs(tmp)
+    # One process: a unique temporary, renamed into place. Several processes (one JAX program):
+    # a collective, every process calls put with the same operator; the primary host writes
+    # (Orbax's multi-process path) and publishes, then every host can read the entry.
+    with distributed.staged_dir(final, replace=overwrite) as tmp:
       self._write_arrays(os.path.join(tmp, _ARRAYS), op)
-      meta = {"format": _FORMAT, **operator_record(op)}
-      with open(os.path.join(tmp, _META), "w", encoding="utf-8") as f:
-        json.dump(meta, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-      if os.path.exists(final):
-        trash = os.path.join(self.directory, _temp_name("trash"))
-        os.rename(final, trash)
-      try:
-        os.rename(tmp, final)
-      except BaseException:
-        if trash is not None:
-          os.rename(trash, final)
-          trash = None
-        raise
-    finally:
-      if os.path.exists(tmp):
-        shutil.rmtree(tmp, ignore_errors=True)
-      if trash is not None:
-        shutil.rmtree(trash, ignore_errors=True)
+      if distributed.is_primary():
+        meta = {"format": _FORMAT, **operator_record(op)}
+        with open(os.path.join(tmp, _META), "w", encoding="utf-8") as f:
+          json.dump(meta, f, indent=1, sort_keys=True)
+          f.flush()
+          os.fsync(f.fileno())
     return key
 
   @staticmethod
   def _write_arrays(path: str, op: Operator) -> None:
     with ocp.StandardCheckpointer() as ckpt:
-      ckpt.save(path, {"W": jnp.asarray(op.W)})
+      W = jnp.asarray(op.W)
+      ckpt.save(path, {"W": W if jax.process_count() == 1 else np.asarray(W)})
       ckpt.wait_until_finished()
 
   def delete(self, target: str, task: str, source: str) -> None:
     """Remove one entry (MissingOperatorError if absent)."""
-    path = self._path((target, task, source))
-    trash = os.path.join(self.directory, _temp_name("trash"))
-    os.rename(path, trash)
-    shutil.rmtree(trash)
+    atomic.remove_dir(self._path((target, task, source)))
 
   # -- reading -----------------------------------------------------------------------------
 

@@ -19,7 +19,6 @@ import hashlib
 import json
 import numbers
 import os
-import tempfile
 from typing import Any, Iterable, Mapping, Sequence
 
 import jax
@@ -27,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import safetensors.numpy
 
+from platonic_jax import atomic
 from platonic_jax.core.grid import Grid
 
 _FORMAT = "platonic_jax.descriptor/1"
@@ -418,7 +418,7 @@ class Descriptor:
                   for v, t in self._terms.items()],
     }
     text = json.dumps(meta, indent=1, sort_keys=True).encode("utf-8")
-    atomic_write_many([(path, blob), (path + ".json", text)])
+    atomic.write_files([(path, blob), (path + ".json", text)])
 
   @classmethod
   def load(cls, path: str | os.PathLike) -> "Descriptor":
@@ -457,27 +457,3 @@ def _is_scalar(s) -> bool:
 def _mismatch_msg(task: str, v1: str, v2: str) -> str:
   return (f"grid version mismatch for task {task!r}: {v1[:12]} vs {v2[:12]} (different probes "
           f"or prompts); re-read both descriptors on one grid")
-
-
-def atomic_write_many(items: Sequence[tuple[str, bytes]]) -> None:
-  """Write each `(path, data)` to a temp file in the same directory, then rename all.
-
-  If writing any temp file fails, all temps are removed and no target is touched.
-  """
-  temps: list[tuple[str, str]] = []
-  try:
-    for path, data in items:
-      d = os.path.dirname(os.path.abspath(path))
-      fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
-      temps.append((tmp, path))
-      with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    for tmp, path in temps:
-      os.replace(tmp, path)
-    temps = []
-  finally:
-    for tmp, _ in temps:
-      if os.path.exists(tmp):
-        os.remove(tmp)

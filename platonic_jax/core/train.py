@@ -25,8 +25,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import shutil
-import tempfile
 from typing import Any, Sequence
 
 import jax
@@ -40,6 +38,7 @@ from platonic_jax.core import lora
 from platonic_jax.core.descriptor import check_labels
 from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.models.preprocess import NaflexInputs
+from platonic_jax.parallel import distributed
 from platonic_jax.parallel import mesh as mesh_lib
 
 ADAPTER_FORMAT = "platonic_jax.lora_adapter/1"
@@ -533,20 +532,12 @@ def save_adapter(path: str | os.PathLike, model: DualEncoder, *, overwrite: bool
   meta = {"format": ADAPTER_FORMAT, "paths": list(ads), "scales": [ad.scale for ad in ads.values()],
           "ranks": [int(ad.a.shape[1]) for ad in ads.values()], "family": model.family.name,
           "base_model": model.name, "base_fingerprint": base_fingerprint(model)}
-  parent = os.path.dirname(path)
-  os.makedirs(parent, exist_ok=True)
-  tmp = tempfile.mkdtemp(prefix=".tmp-adapter-", dir=parent)
-  staged = os.path.join(tmp, "adapter")
-  try:
+  # Several processes: a collective (the same adapter from every process; the primary host
+  # writes it through Orbax's multi-process path).
+  with distributed.staged_dir(path, replace=True, create=False) as staged:
     with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
       ckptr.save(staged, ocp.args.Composite(arrays=ocp.args.StandardSave(arrays),
                                             meta=ocp.args.JsonSave(meta)))
-    if os.path.exists(path):
-      old = os.path.join(tmp, "old")
-      os.replace(path, old)
-    os.replace(staged, path)
-  finally:
-    shutil.rmtree(tmp, ignore_errors=True)
   return path
 
 

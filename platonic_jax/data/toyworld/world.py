@@ -16,8 +16,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import time
 from typing import Any, Callable, Iterator, Mapping
 
@@ -25,6 +23,7 @@ import numpy as np
 
 from platonic_jax.data import tokenizer as tok
 from platonic_jax.data.toyworld import captions, render, tasks as tasks_lib
+from platonic_jax.parallel import distributed
 
 # Bump when rendering, captions or the trainer change what a config produces.
 WORLD_VERSION = "toyworld/3"
@@ -252,28 +251,21 @@ def _save(out_dir: str, model, meta: dict) -> None:
   """Writes the cache entry atomically (temporary sibling directory, then rename)."""
   import orbax.checkpoint as ocp
   from flax import nnx
-  parent = os.path.dirname(out_dir)
-  os.makedirs(parent, exist_ok=True)
-  tmp = tempfile.mkdtemp(prefix=".tmp-" + os.path.basename(out_dir) + "-", dir=parent)
-  try:
+  # Processes racing on this family each write it whole; the first rename wins (atomic).
+  # With several processes (one JAX program) every process calls this with the same model: the
+  # primary host writes (Orbax's multi-process path) and process 0 renames the entry in.
+  with distributed.staged_dir(out_dir) as tmp:
     ckpt = ocp.StandardCheckpointer()
-    ckpt.save(os.path.join(tmp, "params"), nnx.to_pure_dict(nnx.state(model.module, nnx.Param)))
+    ckpt.save(os.path.join(tmp, "params"), distributed.host_arrays(
+        nnx.to_pure_dict(nnx.state(model.module, nnx.Param))))
     ckpt.wait_until_finished()
     ckpt.close()
-    with open(os.path.join(tmp, "config.json"), "w") as f:
-      json.dump(model.config, f, indent=2, sort_keys=True)
-    model.tokenizer.save_pretrained(tmp)
-    with open(os.path.join(tmp, _COMPLETE), "w") as f:
-      json.dump(meta, f, indent=2, sort_keys=True, default=float)
-    try:
-      os.replace(tmp, out_dir)
-    except OSError:  # another process completed the same entry first: keep theirs
-      if not os.path.isfile(os.path.join(out_dir, _COMPLETE)):
-        raise
-      shutil.rmtree(tmp, ignore_errors=True)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
+    if distributed.is_primary():
+      with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(model.config, f, indent=2, sort_keys=True)
+      model.tokenizer.save_pretrained(tmp)
+      with open(os.path.join(tmp, _COMPLETE), "w") as f:
+        json.dump(meta, f, indent=2, sort_keys=True, default=float)
 
 
 def _load(out_dir: str, config: Mapping, family: str):

@@ -1,0 +1,93 @@
+"""One JAX program of 2 local processes x 2 CPU devices (``experiments.launch_local``, loopback
+coordinator, gloo collectives), started once for the module: data-parallel embedding over the
+processes equals one process's, the operator bank goes through Orbax's multi-process path, and
+both processes racing on one cache entry leave it whole."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests import fixtures
+from tests.parallel import mp_worker
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+  """``(output dir, launcher's output, tiny checkpoint)`` of one run of ``mp_worker``."""
+  d = tmp_path_factory.mktemp("mp")
+  ckpt = str(d / "ckpt")
+  fixtures.save_hf_clip(ckpt, "grid5_quick")
+  out = d / "out"
+  out.mkdir()
+  env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  run = subprocess.run(
+      [sys.executable, "-m", "experiments.launch_local", "--processes=2",
+       "--devices_per_process=2", "--", "tests.parallel.mp_worker", f"--ckpt={ckpt}",
+       f"--out={out}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+  return out, run.stdout, ckpt
+
+
+def _seen(out, p):
+  return json.load(open(out / f"p{p}.json"))
+
+
+def test_processes_join_one_program_and_logs_are_prefixed(program):
+  out, log, _ = program
+  for p in (0, 1):
+    assert f"[p{p}] process {p} of 2: 2 local devices, 4 in all" in log
+    seen = _seen(out, p)
+    assert (seen["processes"], seen["devices"], seen["local_devices"]) == (2, 4, 2)
+    assert seen["broadcast"] == "from 0"  # process 0's value on both
+
+
+def test_embedding_over_processes_equals_one_process(program):
+  import platonic_jax as pj
+  out, _, ckpt = program
+  x = fixtures.random_pixels(mp_worker.N_IMAGES, "grid5_quick")
+  one = pj.embed_images(pj.load_model(ckpt), x, batch_size=mp_worker.BATCH)  # this process
+  got = [np.load(out / f"p{p}.npz") for p in (0, 1)]
+  assert got[0]["all"].shape == one.shape == (mp_worker.N_IMAGES, 12)
+  # Every process holds the whole gathered result, bit for bit the same.
+  np.testing.assert_array_equal(got[0]["all"], got[1]["all"])
+  # 4 devices over 2 processes against this one process: the per-device batch may differ, so
+  # XLA may round the last bits differently (1 process x 4 devices gives the same bits).
+  assert np.abs(got[0]["all"] - one).max() <= 1e-6
+
+
+def test_operator_bank_written_once_read_by_every_process(program):
+  out, _, _ = program
+  for p in (0, 1):
+    seen = _seen(out, p)
+    assert seen["bank_equal"] and seen["bank_keys"] == [["m", "t", "s"]]
+  bank = out / "bank"
+  assert [n for n in os.listdir(bank) if n.startswith(".")] == []  # no temporary left
+
+
+def test_racing_processes_leave_whole_cache_entries(program):
+  out, _, _ = program
+  parts = sorted([f"part{i}" for i in range(50)] + ["writer"])
+  for p in (0, 1):
+    seen = _seen(out, p)
+    assert seen["cache_equal"] and seen["dir_entry"] == parts
+  entry = out / "dir_entry"
+  writer = (entry / "writer").read_text()
+  assert writer in ("0", "1")  # one writer's entry, whole
+  assert all((entry / f"part{i}").read_text() == f"{i}\n" for i in range(50))
+  leftovers = [n for d in (out, out / "emb") for n in os.listdir(d) if n.startswith(".")]
+  assert leftovers == []
+
+
+def test_adapter_saved_collectively_is_process_0s_and_read_by_all(program):
+  out, _, _ = program
+  seen = [_seen(out, p) for p in (0, 1)]
+  # Each process attached its own random adapter: the primary host's is the one written.
+  assert seen[0]["adapter_is_mine"] and not seen[1]["adapter_is_mine"]
+  assert seen[0]["adapter_sum"] == seen[1]["adapter_sum"]
+  assert [n for n in os.listdir(out) if n.startswith(".")] == []

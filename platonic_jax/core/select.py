@@ -194,7 +194,7 @@ def _heldout_errors(basis: _solve.SolveBasis, U_fit, Z_out, U_out, Gh, ridges, m
 def select_rank_ridge(Z, G, U, *, ranks: Sequence[int] | None = None,
                       ridges: Sequence[float] = DEFAULT_RIDGES, folds: int = 5, seed: int = 0,
                       include_ceiling: bool = False, rule: str = "min",
-                      method: str = "eigh") -> Selection | list[Selection]:
+                      method: str = _solve.DEFAULT_METHOD) -> Selection | list[Selection]:
   """Choose `(rank, ridge)` by K-fold held-out descriptor reconstruction. Reads no label.
 
   Args:
@@ -209,7 +209,8 @@ def select_rank_ridge(Z, G, U, *, ranks: Sequence[int] | None = None,
     include_ceiling: also try the ceiling `min(C-1, d)` when it is not a power of two.
     rule: "min" (METHOD: the smallest mean error) or "1se" (the one-standard-error rule; see
       `choose`).
-    method: factorisation of each fold's Gram, "eigh" or "svd" (see `solve.solve_basis`).
+    method: factorisation of each fold's Gram, "eigh64" (default), "eigh" or "svd" (see
+      `solve.solve_basis`).
   Returns:
     A `Selection` (or a list of `S` of them) holding the `(R, L)` mean error table, the
     `(K, R, L)` per-fold table and the chosen pair.

@@ -2,11 +2,12 @@
 
 Three routes, named in every closed-form record:
 
-| route | families | the edit | applied as |
-|---|---|---|---|
-| ``"fold"`` | affine edit point (CLIP, OpenCLIP, MetaCLIP, EVA-CLIP, CLAP) | ``W (d, d)`` on ``Zhat`` | ``K' = K (I + sum s W)``, ``b' = b (I + sum s W)`` in the model (``core.fold``) |
-| ``"head_edit"`` | residual head (SigLIP, SigLIP2): METHOD's deployable route | ``dK (m, d)`` on the head's ``Hh`` | ``fc2.kernel += sum s dK`` in the model (``core.head_edit``) |
-| ``"embedding_operator"`` | residual head, as a named reference | ``W (d, d)`` on ``Zhat`` | ``z (I + sum s W)`` outside the model (no model to save) |
+* ``"fold"``: affine edit point (CLIP, OpenCLIP, MetaCLIP, EVA-CLIP, CLAP); ``W (d, d)`` on
+  ``Zhat``, folded as ``K' = K (I + sum s W)``, ``b' = b (I + sum s W)`` (``core.fold``).
+* ``"head_edit"``: residual head (SigLIP, SigLIP2), METHOD's deployable route; ``dK (m, d)`` on
+  the head's ``Hh``, folded as ``fc2.kernel += sum s dK`` (``core.head_edit``).
+* ``"embedding_operator"``: residual head, the named reference; ``W (d, d)`` on ``Zhat``,
+  applied as ``z (I + sum s W)`` outside the model (no model to save).
 
 Each route selects its own ``(rank, ridge)`` label-free (``select.select_rank_ridge``; the
 head edit with ``regressor=Hh``, its held-out error read through the edited head).

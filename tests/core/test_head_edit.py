@@ -1,4 +1,7 @@
-"""The head edit (METHOD "Residual-head families"): exact fold, the ridge it solves, linearity."""
+"""The head edit (METHOD "Residual-head families"): exact fold, the ridge it solves, linearity,
+its label-free selection and the routes (core.routes)."""
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -318,7 +321,7 @@ def test_folded_head_edit_scores_as_the_edit_predicts(model, probes, grid):
   from platonic_jax.core import routes
   Hh, z, G, U = grid
   descs = [_descriptor("t", N_PROBES, N_CLASSES, U[i], f"src{i}") for i in range(2)]
-  edits = routes.solve_edits(model, z, G, descs, Hh=Hh)
+  edits = routes.solve_edits(model, z, G, descs, Hh=Hh, folds=4)   # 4 equal folds: one compile
   assert [e.route for e in edits] == ["head_edit", "head_edit"]
   assert all(e.operator.W.shape == (40, 24) and e.selection is not None for e in edits)
   e0 = edits[0]
@@ -326,19 +329,22 @@ def test_folded_head_edit_scores_as_the_edit_predicts(model, probes, grid):
   np.testing.assert_allclose(
       np.asarray(e0.operator.W),
       np.asarray(solve_head_delta(Hh, G, U[0], rank=e0.rank, ridge=e0.ridge)), rtol=0, atol=1e-7)
+  assert e0.selection.fold_errors.shape[0] == 4
   terms = [(edits[0], 0.5), (edits[1], -1.0)]
   edited = routes.edited_model(model, terms)
-  test_images = np.random.RandomState(7).randn(5, 3, 16, 16).astype(np.float32)
-  _, H_test, z_test = head_edit.head_features(model, test_images)
-  want = np.asarray(routes.edited_embeddings(z_test, terms, Hh=H_test))
-  got = pj.embed_images(edited, test_images, batch_size=5)
+  want = np.asarray(routes.edited_embeddings(z, terms, Hh=Hh))
+  got = _encode(edited, probes)
+  got /= np.linalg.norm(got, axis=1, keepdims=True)
   np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
-  np.testing.assert_allclose(got @ G.T, want @ G.T, atol=1e-5, rtol=0)
+  np.testing.assert_allclose(got @ G.T, want @ G.T, atol=1e-5, rtol=0)   # the scores
   # the embedding operator stays available as the named reference (outside the model)
-  ref = routes.solve_edit(model, z, G, descs[0], route="embedding_operator")
-  assert ref.route == "embedding_operator" and ref.operator.W.shape == (24, 24)
+  assert routes.route_for(model, "embedding_operator") == "embedding_operator"
+  ref = routes.ClosedFormEdit("embedding_operator", dataclasses.replace(
+      e0.operator, W=np.zeros((24, 24), np.float32)))
   with pytest.raises(ValueError, match="acts on embeddings outside the model"):
     routes.edited_model(model, [(ref, 1.0)])
+  np.testing.assert_allclose(np.asarray(routes.edited_embeddings(z, [(ref, 1.0)])),
+                             z / np.linalg.norm(z, axis=1, keepdims=True), atol=1e-6, rtol=0)
   with pytest.raises(ValueError, match="different routes"):
     routes.edited_embeddings(z, [(ref, 1.0), (e0, 1.0)], Hh=Hh)
   with pytest.raises(ValueError, match="needs the head's features Hh"):

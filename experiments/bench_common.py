@@ -117,3 +117,47 @@ def torch_matmul_peak(n: int = 2048, iters: int = 10) -> float:
     a @ b
     best = min(best, time.perf_counter() - t0)
   return 2 * n**3 / best
+
+
+def cone_problem(n: int = 500, d: int = 768, C: int = 47, *, power: float = 0.5,
+                 cone: float = 1.0, seed: int = 0):
+  """A realistic closed-form problem (float32): probe embeddings in a narrow cone with a
+  power-law spectrum, as real image embeddings are.
+
+  ``Z = cone * mu + X``: ``mu`` a unit direction shared by every probe, ``X`` unit rows drawn
+  with singular spectrum ``i^-power`` along the coordinate axes (the ridge problem is invariant
+  under a rotation of all embeddings, so no random basis is drawn; mean pairwise cosine of the
+  rows of ``Z`` about 0.5 at ``cone=1``); class embeddings likewise around ``mu``; a centred
+  descriptor ``U``. Returns ``Z (n, d)``, ``G (C, d)``, ``U (n, C)`` and the mean pairwise
+  cosine of ``Zhat``.
+  """
+  rng = np.random.default_rng(seed)
+  spec = np.arange(1, d + 1, dtype=np.float64) ** -power
+  mu = rng.standard_normal(d)
+  mu /= np.linalg.norm(mu)
+
+  def rows(k):
+    x = rng.standard_normal((k, d)) * spec
+    return cone * mu + x / np.linalg.norm(x, axis=1, keepdims=True)
+
+  Z, G = rows(n), rows(C)
+  U = 0.05 * rng.standard_normal((n, C))
+  U -= U.mean(axis=1, keepdims=True)
+  Zh = Z / np.linalg.norm(Z, axis=1, keepdims=True)
+  cos = float((Zh @ Zh.T)[np.triu_indices(n, 1)].mean())
+  return Z.astype(np.float32), G.astype(np.float32), U.astype(np.float32), cos
+
+
+def ridge_reference(Z, G, U, rank: int, ridge: float) -> np.ndarray:
+  """METHOD steps 1-3 in float64 numpy, written out (normalise, SVD of ``Gc``, shift field,
+  the ridge system in the dual form when ``n < d``, primal otherwise): ``W (d, d)``."""
+  Z, G, U = (np.asarray(a, np.float64) for a in (Z, G, U))
+  Zh = Z / np.linalg.norm(Z, axis=1, keepdims=True)
+  Gh = G / np.linalg.norm(G, axis=1, keepdims=True)
+  P, S, Qt = np.linalg.svd(Gh - Gh.mean(axis=0), full_matrices=False)
+  Sf = (U @ P[:, :rank] / S[:rank]) @ Qt[:rank]
+  n, d = Zh.shape
+  lam = ridge * np.sum(Zh * Zh) / d
+  if n < d:
+    return Zh.T @ np.linalg.solve(Zh @ Zh.T + lam * np.eye(n), Sf)
+  return np.linalg.solve(Zh.T @ Zh + lam * np.eye(d), Zh.T @ Sf)

@@ -2,6 +2,15 @@
 
     python -m experiments.bench_solve                       # 64 sources, Z (2000, 768), C = 50
     python -m experiments.bench_solve --sources=16 --baseline_sources=4   # quick
+    python -m experiments.bench_solve --routes_only          # the factorisation routes only
+
+First, the factorisation routes side by side (`--routes`, default `eigh` today's all-float32
+route against `eigh64` the default): on the realistic problem of `bench_common.cone_problem`
+(`--route_n` probes, `--d`, `--route_classes` classes, rank cap `--route_rank`, spectrum
+`i^-power` for each `--route_powers`), each route's relative error of `W` against the float64
+ridge solution at every ridge, then its cost, interleaved (`bench_common.interleaved`): one
+`solve_basis`, and one label-free selection (`select_rank_ridge`, 5 folds, so 5 bases, for
+`--route_sources` sources); the ratios eigh64 / eigh are printed.
 
 One target and one grid; `S` source descriptors `U (n, C)`; every (source, rank, ridge) operator
 `W (d, d)` for 5 rank caps x 4 ridges (METHOD step 8).
@@ -43,8 +52,67 @@ flags.DEFINE_integer("baseline_sources", 0, "sources the numpy loop runs (0: all
 flags.DEFINE_integer("verify", 2, "sources whose dense operators are compared in full")
 flags.DEFINE_float("cone", 0.9, "weight c of a shared Gaussian direction in Z; mean pairwise "
                    "cosine ~ c^2 / (1 + c^2) (0.45 at 0.9: real embeddings sit in a cone)")
-flags.DEFINE_enum("method", "eigh", ["eigh", "svd"], "factorisation of the project's sweep")
+flags.DEFINE_enum("method", "eigh64", ["eigh64", "eigh", "svd"],
+                  "factorisation of the project's sweep")
 flags.DEFINE_integer("seed", 0, "data seed")
+flags.DEFINE_list("routes", ["eigh", "eigh64"], "factorisation routes compared (first: baseline)")
+flags.DEFINE_integer("route_n", 500, "probes of the routes' problem")
+flags.DEFINE_integer("route_classes", 47, "classes of the routes' problem")
+flags.DEFINE_integer("route_rank", 32, "rank cap of the routes' accuracy check")
+flags.DEFINE_list("route_powers", ["0.5", "1.0"], "spectrum exponents of the routes' problems")
+flags.DEFINE_integer("route_sources", 8, "sources of the timed selection")
+flags.DEFINE_integer("route_repeats", 5, "interleaved timed rounds per route")
+flags.DEFINE_bool("routes_only", False, "stop after the routes comparison")
+
+
+def compare_routes():
+  """Accuracy against float64 and cost of each factorisation route; returns 0 / 1 (fail)."""
+  import jax
+
+  from platonic_jax.core import select, solve
+  routes = list(FLAGS.routes)
+  ridges = tuple(float(x) for x in FLAGS.ridges)
+  n, d, C, rank = FLAGS.route_n, FLAGS.d, FLAGS.route_classes, FLAGS.route_rank
+  print(f"routes: {routes} on cone problems Z ({n}, {d}), C = {C}, rank cap {rank}, "
+        f"ridges {ridges}")
+  worst = {}
+  for power in (float(p) for p in FLAGS.route_powers):
+    Z, G, U, cos = bench_common.cone_problem(n, d, C, power=power, seed=FLAGS.seed)
+    refs = np.stack([bench_common.ridge_reference(Z, G, U, rank, r) for r in ridges])
+    print(f"  spectrum i^-{power:g} (mean pairwise cosine {cos:.3f}): relative error of W "
+          "against the float64 ridge solution per ridge")
+    for route in routes:
+      W = np.asarray(solve.solve_sweep(Z, G, U[None], (rank,), ridges, method=route),
+                     np.float64)[0, 0]
+      err = np.linalg.norm(W - refs, axis=(-2, -1)) / np.linalg.norm(refs, axis=(-2, -1))
+      worst[route] = max(worst.get(route, 0.0), float(err.max()))
+      print(f"    {route:>7}: " + "  ".join(f"{r:g}: {e:.1e}" for r, e in zip(ridges, err)))
+  Z, G, U, _ = bench_common.cone_problem(n, d, C, power=1.0, seed=FLAGS.seed)
+  Us = np.stack([np.roll(U, i, axis=0) for i in range(FLAGS.route_sources)])
+  fns = {}
+  for route in routes:
+    fns[f"basis {route}"] = (lambda r=route: jax.block_until_ready(
+        solve.solve_basis(Z, G, method=r)))
+    fns[f"selection {route}"] = (lambda r=route: select.select_rank_ridge(
+        Z, G, Us, ridges=ridges, method=r))
+  times = bench_common.interleaved(fns, FLAGS.route_repeats)
+  base = routes[0]
+  for what in ("basis", "selection"):
+    med = {r: bench_common.median(times[f"{what} {r}"]["wall"]) for r in routes}
+    cpu = {r: bench_common.median(times[f"{what} {r}"]["cpu"]) for r in routes}
+    desc = ("one solve_basis" if what == "basis" else
+            f"select_rank_ridge, {FLAGS.route_sources} sources, 5 folds")
+    print(f"  cost of {desc}: " + "; ".join(
+        f"{r} {med[r] * 1e3:.1f} ms wall / {cpu[r] * 1e3:.1f} ms cpu"
+        + ("" if r == base else f" (ratio {r}/{base}: {med[r] / med[base]:.2f}x wall, "
+           f"{cpu[r] / cpu[base]:.2f}x cpu)") for r in routes))
+  print("  worst relative error over problems and ridges: "
+        + ", ".join(f"{r} {e:.1e}" for r, e in worst.items()))
+  default = solve.DEFAULT_METHOD
+  if default in worst and worst[default] > 1e-4:
+    print(f"FAIL: the default route {default} is off by more than 1e-4")
+    return 1
+  return 0
 
 
 def numpy_solve(Z, G, U, rank, ridge):
@@ -85,6 +153,10 @@ def main(argv):
 
   from platonic_jax.core.solve import solve_basis, solve_sweep_from_basis
 
+  print(bench_common.machine_line())
+  status = compare_routes()
+  if FLAGS.routes_only:
+    return status
   ranks = tuple(int(r) for r in FLAGS.ranks)
   ridges = tuple(float(x) for x in FLAGS.ridges)
   S, R, L = FLAGS.sources, len(ranks), len(ridges)
@@ -161,7 +233,7 @@ def main(argv):
   if max(norm_err, cross) > tol:
     print(f"FAIL: the two implementations disagree beyond {tol:g}")
     return 1
-  return 0
+  return status
 
 
 if __name__ == "__main__":

@@ -219,8 +219,8 @@ def operator_for(target: DualEncoder, descriptor: Descriptor, probes, *, rank: i
     target: any image family. Affine edit point (CLIP, OpenCLIP, MetaCLIP, EVA-CLIP):
       ``W (d, d)``, folded as ``K' = K (I + alpha W)``. Residual head (SigLIP, SigLIP2): the
       head edit ``dK (m, d)`` regressed on the head's row-scaled hidden features
-      ``Hh (n, m)`` at the pair the same selection chooses on ``Zhat``, folded as
-      ``fc2.kernel += alpha dK``.
+      ``Hh (n, m)`` at the pair the same selection chooses through the edited head
+      (``select_rank_ridge(..., regressor=Hh)``), folded as ``fc2.kernel += alpha dK``.
     descriptor: a one-term ``Descriptor``, ``U (n, C)``.
     probes: the grid's ``n`` probe images (see ``pixels``).
     rank, ridge, ridges, folds, seed, rule, include_ceiling: see ``select_rank_ridge``.
@@ -242,17 +242,18 @@ def operator_for(target: DualEncoder, descriptor: Descriptor, probes, *, rank: i
   X = _grid_pixels(target, term.grid, probes)
   Z, G = _embed(target, X), class_head(target, term.grid)
   target_id = target.target_id
+  head = getattr(target.family, "edit_kind", "affine") == "head"
+  Hh = head_edit.head_features(target, X)[1] if head else None
   selection = None
   if rank is None or ridge is None:
     selection = select_lib.select_rank_ridge(
         Z, G, term.U, ranks=None if rank is None else (rank,),
         ridges=tuple(ridges) if ridge is None else (ridge,), folds=folds, seed=seed, rule=rule,
-        include_ceiling=include_ceiling)
+        include_ceiling=include_ceiling, regressor=Hh)
     rank, ridge = selection.rank, selection.ridge
-  if getattr(target.family, "edit_kind", "affine") != "head":
+  if not head:
     op = Operator.solve(Z, G, descriptor, target_id=target_id, rank=rank, ridge=ridge)
     return dataclasses.replace(op, selection=selection)
-  _, Hh, _ = head_edit.head_features(target, X)
   dK = solve_lib.solve_head_delta(Hh, G, term.U, rank=rank, ridge=ridge)
   return Operator(W=dK, grid=term.grid, target_id=target_id, source=term.source_id,
                   provenance=term.provenance, rank=int(rank), ridge=float(ridge),

@@ -3,7 +3,8 @@
 Addition cells (target, the two ``tasks``, one source for both) and negation cells (target,
 one of the tasks, source). Every trained route uses the adapter's recipe and differs from it
 only in the loss: the adapter fits the descriptor change; affinity distillation fits the
-source's fine-tuned affinities ``A_ft H_C``; posterior distillation its softmax; on negation the
+source's fine-tuned affinities ``A_ft H_C``; posterior distillation its softmax at the source's
+own logit scale and bias (``baselines.teacher_head``, METHOD's teacher); on negation the
 distilled teacher is the source's pre-trained affinities moved by ``-U``. Gradient ascent (the
 target's labels, a fixed budget) joins the negation cells. The closed form acts at ``alpha``
 (``-negation_lambda``), the oracle closed form with the target's own descriptors.
@@ -85,8 +86,12 @@ def compute(study, config, cell) -> dict:
   probes, G = study.adapter_inputs(tg, tasks)
   acc["adapter"] = study.model_accuracy(
       adapter_lib.fit_adapter(model, sign * desc, probes, G, **recipe), tg, evals)
-  terms = [baselines.DistillTerm(probes=probes[t][1], G=G[t], A_ft=_teacher(study, s, t, sign),
-                                 name=t) for t, s in zip(tasks, srcs)]
+  terms = []
+  for t, s in zip(tasks, srcs):
+    scale, bias = baselines.teacher_head(study.model(s))  # the source's own head (METHOD)
+    terms.append(baselines.DistillTerm(probes=probes[t][1], G=G[t],
+                                       A_ft=_teacher(study, s, t, sign), name=t,
+                                       teacher_scale=scale, teacher_bias=bias))
   acc["affinity"] = study.model_accuracy(baselines.affinity_distillation(model, terms, **recipe),
                                          tg, evals)
   acc["posterior"] = study.model_accuracy(baselines.posterior_distillation(model, terms, **recipe),

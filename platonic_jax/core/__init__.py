@@ -12,6 +12,8 @@ from platonic_jax.core.descriptor import (Descriptor, Provenance, Term, affinity
 from platonic_jax.core.grid import Grid, make_grid
 from platonic_jax.core.operator import (Operator, apply_operators, compose_operators,
                                         edit_matrix, fold_affine)
+from platonic_jax.core.routes import (ROUTES, ClosedFormEdit, edited_embeddings, edited_model,
+                                     route_for, solve_edit, solve_edits)
 from platonic_jax.core.select import (DEFAULT_RIDGES, Selection, default_ranks,
                                       reproduced_descriptor, select_rank_ridge)
 from platonic_jax.core.solve import (SolveBasis, landmarks, rank_ceiling, shift_field,
@@ -25,6 +27,8 @@ __all__ = [
     "Descriptor", "Provenance", "Term", "affinity", "center_rows", "centering", "l2_normalize",
     "Grid", "make_grid",
     "Operator", "apply_operators", "compose_operators", "edit_matrix", "fold_affine",
+    "ROUTES", "ClosedFormEdit", "edited_embeddings", "edited_model", "route_for", "solve_edit",
+    "solve_edits",
     "DEFAULT_RIDGES", "Selection", "default_ranks", "reproduced_descriptor", "select_rank_ridge",
     "SolveBasis", "landmarks", "rank_ceiling", "shift_field", "solve_basis", "solve_head_delta",
     "solve_operator", "solve_sweep", "solve_sweep_from_basis", "sweep_factors",

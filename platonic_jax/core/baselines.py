@@ -6,8 +6,12 @@
   ``sum_l ||A_theta H_C - A_ft H_C||_F^2 / ||A_ft H_C||_F^2`` (the change ``A_theta - A_pre``
   replaced by the absolute affinity; centred like the adapter, since a row-constant shift
   never changes a prediction).
-* ``posterior_distillation``: ``sum_l mean_rows KL(softmax(s A_ft) || softmax(s A_theta + b))``
-  with the *target's* logit scale ``s = exp(logit_scale)`` (and bias ``b``) on both sides.
+* ``posterior_distillation``:
+  ``sum_l mean_rows KL(softmax(s_l A_ft + b_l) || softmax(s A_theta + b))``, the teacher
+  being the source's fine-tuned softmax: by default at the *source's* own logit scale
+  ``s_l = exp(logit_scale)`` and bias ``b_l`` (``DistillTerm.teacher_scale`` / ``teacher_bias``,
+  read off the source by ``teacher_head``); ``teacher="target"`` puts the target's ``s, b`` on
+  the teacher side too. The student always uses the target's head.
 * ``gradient_ascent_negation``: ascend the labeled cross-entropy for a fixed budget of steps.
 
 Every learned baseline uses a fresh LoRA (default rank 16 on the vision q/v), AdamW with
@@ -100,11 +104,17 @@ class DistillTerm:
   probes: (n, 3, H, W) preprocessed for the target (or ``NaflexInputs`` of n images for a
   SigLIP2 NaFlex target); G: (C, d) the target's class embeddings;
   A_ft: (n, C) the fine-tuned source's affinities on the same grid (its own G); name.
+  teacher_scale, teacher_bias: the source's own head, ``exp(logit_scale)`` and ``logit_bias``
+  (0 for a family without one; see ``teacher_head``): posterior distillation's teacher softmax
+  is ``softmax(teacher_scale * A_ft + teacher_bias)`` by default. None where the term only
+  serves affinity distillation or the target's head is asked for.
   """
   probes: Any
   G: Any
   A_ft: Any
   name: str = "term"
+  teacher_scale: float | None = None
+  teacher_bias: float | None = None
 
   def __post_init__(self):
     A = np.asarray(self.A_ft, np.float32)
@@ -120,9 +130,31 @@ class DistillTerm:
                        f"{G.shape}")
     if not np.all(np.isfinite(A)):
       raise ValueError(f"term {self.name!r}: A_ft contains NaN or inf")
+    for field in ("teacher_scale", "teacher_bias"):
+      v = getattr(self, field)
+      if v is None:
+        continue
+      if isinstance(v, bool) or not np.isscalar(v) or not np.isfinite(float(v)):
+        raise ValueError(f"term {self.name!r}: {field} must be a finite number, got {v!r}")
+      object.__setattr__(self, field, float(v))
+    if self.teacher_scale is not None and self.teacher_scale <= 0:
+      raise ValueError(f"term {self.name!r}: teacher_scale must be > 0 (it is exp(logit_scale)), "
+                       f"got {self.teacher_scale}")
     object.__setattr__(self, "A_ft", A)
     object.__setattr__(self, "probes", probes)
     object.__setattr__(self, "G", G)
+
+
+TEACHERS = ("source", "target")
+
+
+def teacher_head(model: DualEncoder) -> tuple[float, float]:
+  """``(exp(logit_scale), logit_bias)`` of a model's zero-shot head (bias 0 where the family has
+  none): the ``teacher_scale, teacher_bias`` of a ``DistillTerm`` whose source is ``model``."""
+  module = model.module
+  scale = float(np.exp(np.asarray(module.logit_scale[...], np.float64)))
+  bias = getattr(module, "logit_bias", None)
+  return scale, 0.0 if bias is None else float(np.asarray(bias[...], np.float64))
 
 
 def _terms(terms) -> list[DistillTerm]:
@@ -132,22 +164,36 @@ def _terms(terms) -> list[DistillTerm]:
   return terms
 
 
-def _distill_data(target: DualEncoder, terms: Sequence[DistillTerm],
-                  kind: str) -> tuple[dict, list[dict]]:
+def _distill_data(target: DualEncoder, terms: Sequence[DistillTerm], kind: str,
+                  teacher: str = "source") -> tuple[dict, list[dict]]:
   """(consts, items) for one distillation loss.
 
   ``kind="affinity"``: shaped like the adapter's data, since affinity distillation *is* the
   adapter loss with ``A_pre = 0`` and target ``A_ft @ H_C`` (``||(A_theta - 0) H_C -
   A_ft H_C||^2 / ||A_ft H_C||^2``) and so shares its compiled step. ``kind="posterior"``:
-  G per term; probes and ``A_ft`` per probe.
+  G per term; probes and the teacher's logits ``teacher_scale * A_ft + teacher_bias`` (the
+  source's head for ``teacher="source"``, the target's for ``"target"``) per probe.
   """
+  if teacher not in TEACHERS:
+    raise ValueError(f"teacher must be one of {TEACHERS}, got {teacher!r}")
+  if kind == "posterior" and teacher == "target":
+    target_head = teacher_head(target)
   consts, items = [], []
   for t in terms:
     x = train.check_images(target, t.probes, f"probes of term {t.name!r}")
     G = train.check_G(target, t.G, f"G of term {t.name!r}")
     if kind == "posterior":
+      if teacher == "target":
+        scale, bias = target_head
+      elif t.teacher_scale is None:
+        raise ValueError(f"term {t.name!r} has no teacher_scale: posterior distillation's "
+                         "teacher is the source's own softmax; give the source's head "
+                         "(DistillTerm(..., *teacher_head(source)) or teacher_scale=, "
+                         "teacher_bias=), or pass teacher='target'")
+      else:
+        scale, bias = t.teacher_scale, t.teacher_bias or 0.0
       consts.append({"G": G})
-      items.append({"x": x, "A_ft": t.A_ft})
+      items.append({"x": x, "T": (scale * t.A_ft.astype(np.float64) + bias).astype(np.float32)})
       continue
     Tc = t.A_ft - t.A_ft.mean(axis=1, keepdims=True)
     consts.append({"G": G, "n": np.float32(t.A_ft.shape[0]),
@@ -172,7 +218,7 @@ def _posterior_distill_loss(module, consts, batch):
     k = train.num_rows(b["x"])
     student = train.head_logits(module, Z[off:off + k] @ c["G"].T)
     off += k
-    errs.append(posterior_kl(consts["teacher_scale"] * b["A_ft"], student))
+    errs.append(posterior_kl(b["T"], student))
   errs = jnp.stack(errs)
   return jnp.sum(errs), errs
 
@@ -198,21 +244,27 @@ def affinity_distillation(target: DualEncoder, terms: Sequence[DistillTerm], *, 
 
 
 def posterior_distillation(target: DualEncoder, terms: Sequence[DistillTerm], *,
-                           teacher_scale: float | None = None, rank: int = 16,
+                           teacher: str = "source", rank: int = 16,
                            alpha: float | None = None, targets: Sequence[str] | None = None,
                            steps: int = 500, lr: float = 1e-3, batch: int = 64,
                            warmup: int | None = None, weight_decay: float = 0.0, seed: int = 0,
                            merge: bool = True) -> DualEncoder:
-  """Adapter recipe with loss ``sum_l mean KL(softmax(s A_ft) || softmax(s A_theta + b))``.
+  """Adapter recipe with loss ``sum_l mean KL(softmax(s_l A_ft + b_l) || softmax(s A_theta + b))``.
 
-  ``s`` is the target's ``exp(logit_scale)`` (the teacher's too unless ``teacher_scale``).
+  ``s, b``: the target's ``exp(logit_scale)`` and bias (the student's head). The teacher
+  ``s_l, b_l``: ``teacher="source"`` (METHOD, the default) each term's own
+  ``teacher_scale, teacher_bias`` (the source's head, ``teacher_head(source)``; a term without
+  them is an error); ``teacher="target"`` the target's ``s, b``.
+
+  Example::
+
+      term = DistillTerm(probes, G_target, A_ft, "dtd", *teacher_head(source))  # source head
+      student = posterior_distillation(target, [term], steps=300)
   """
   terms = _terms(terms)
   train.check_no_adapter(target, "posterior_distillation")
   recipe = _recipe(rank, alpha, targets, steps, lr, batch, warmup, weight_decay, seed)
-  consts, items = _distill_data(target, terms, "posterior")
-  s = float(np.exp(np.asarray(target.module.logit_scale[...])))
-  consts["teacher_scale"] = np.float32(s if teacher_scale is None else teacher_scale)
+  consts, items = _distill_data(target, terms, "posterior", teacher)
   out, _ = train.train_lora(target, _posterior_distill_loss, consts, items, recipe,
                             desc="posterior distillation")
   return train.finish(out, merge)

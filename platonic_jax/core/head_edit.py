@@ -153,8 +153,10 @@ def solve_head_edit(Hh, Sf, ridge: float) -> jax.Array:
     ridge: dimensionless ridge `> 0`; the absolute ridge is `ridge * trace(Hh^T Hh) / m`.
   Returns:
     `dK (m, d)` (or `(S, m, d)`), folded as `fc2.kernel += alpha dK`; primal normal equations
-    when `n >= m`, the dual form `Hh^T (Hh Hh^T + lam' I)^-1 Sf` when `n < m`. float32, or
-    float64 when x64 is enabled and an input is float64.
+    when `n >= m`, the dual form `Hh^T (Hh Hh^T + lam' I)^-1 Sf` when `n < m`, formed and
+    solved in float64 on the host CPU (see `core.solve`: float32 normal equations lose the
+    small ridges on realistic features). Returned in float32, or float64 when x64 is enabled
+    and an input is float64.
 
   Example::
 
@@ -174,12 +176,17 @@ def solve_head_edit(Hh, Sf, ridge: float) -> jax.Array:
     raise ValueError("Hh is all zero: the head's hidden features carry no signal to regress on")
   r = _check_ridge(ridge)
   dt = float_dtype(H, S)
-  H, S = H.astype(dt), S.astype(dt)
-  if S.ndim == 3:  # (S, n, d) -> (n, S*d): one factorisation for every shift field
-    k, n, d = S.shape
-    dK = _ridge(H, S.transpose(1, 0, 2).reshape(n, k * d), jnp.asarray(r, dt))
-    return dK.reshape(-1, k, d).transpose(1, 0, 2)
-  return _ridge(H, S, jnp.asarray(r, dt))
+  H, S = np.asarray(H, np.float64), np.asarray(S, np.float64)
+  k = S.shape[0] if S.ndim == 3 else None
+  if k is not None:  # (S, n, d) -> (n, S*d): one factorisation for every shift field
+    S = S.transpose(1, 0, 2).reshape(S.shape[1], -1)
+  # like the closed form's default factorisation (core.solve, "eigh64"): the normal equations
+  # are formed and solved in float64 on the host, the result cast to the compute dtype
+  with jax.enable_x64(True), jax.default_device(jax.devices("cpu")[0]):
+    dK = np.asarray(_ridge(jnp.asarray(H), jnp.asarray(S), jnp.asarray(r, jnp.float64)))
+  if k is not None:
+    dK = dK.reshape(dK.shape[0], k, -1).transpose(1, 0, 2)
+  return jnp.asarray(dK.astype(dt))
 
 
 def _head_terms(terms, shape: tuple[int, int], target_id: str | None):

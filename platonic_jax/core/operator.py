@@ -77,7 +77,7 @@ class Operator:
   def solve(cls, Z, G, descriptor: Descriptor, *, target_id: str, rank: int | None = None,
             ridge: float | None = None, ridges: Sequence[float] = _select.DEFAULT_RIDGES,
             folds: int = 5, seed: int = 0, source: str | None = None,
-            rule: str = "min", method: str = "eigh") -> "Operator":
+            rule: str = "min", method: str = _solve.DEFAULT_METHOD) -> "Operator":
     """Solve a one-term descriptor against a target, selecting (rank, ridge) if not given.
 
     Args:
@@ -87,7 +87,7 @@ class Operator:
       rank, ridge: fixed values; any left None is chosen by `select_rank_ridge` (a given rank
         or ridge restricts the selection grid to it).
       rule: the selection's rule, "min" (METHOD) or "1se" (`select.choose`).
-      method: factorisation, "eigh" (default) or "svd" (see `solve.solve_basis`).
+      method: factorisation, "eigh64" (default), "eigh" or "svd" (see `solve.solve_basis`).
     Returns:
       `Operator` with `W (d, d)`.
     """

@@ -31,8 +31,9 @@ METHOD = {
 }
 
 # What the code does where a config leaves an option out (the pipeline and the suite read
-# ``cfg.get(name, default)`` with these defaults; the residual-head route has no switch yet:
-# every closed-form cell on a SigLIP target applies the embedding operator).
+# ``cfg.get(name, default)`` with these defaults; the residual-head route has no switch in the
+# runs yet: every closed-form cell on a SigLIP target applies the embedding operator, while
+# ``core.routes`` offers the head edit with its own selection for the engine to call).
 DEFAULTS = {
     "calibrate": False,
     "include_ceiling": False,

@@ -10,6 +10,11 @@ and the descriptor `U H_C` (`U` is centred already when it comes from `Descripto
 with the smallest mean error over folds is chosen (`rule="min"`, METHOD's rule). Nothing here
 reads a label.
 
+The head edit of residual-head families (`core.head_edit`) is selected by the same code with
+its own regressor (`regressor=Hh`): each fold's `dK` is regressed on the fit probes' `Hh`, and
+the reproduced descriptor is read through the edited head,
+`(normalise(zhat + Hh dK) Ghat^T - zhat Ghat^T) H_C`.
+
 `rule="1se"` is the one-standard-error rule of cross-validation (Breiman et al., CART, 1984;
 Hastie, Tibshirani & Friedman, ESL 7.10): among the pairs whose mean error lies within one
 standard error of the smallest (the standard error of the best pair's K fold errors,
@@ -35,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from platonic_jax.core import solve as _solve
-from platonic_jax.core.descriptor import center_rows, l2_normalize
+from platonic_jax.core.descriptor import center_rows, check_finite, l2_normalize
 
 DEFAULT_RIDGES: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1)
 RULES: tuple[str, ...] = ("min", "1se")
@@ -167,16 +172,18 @@ def fold_indices(n: int, folds: int, seed: int = 0) -> list[np.ndarray]:
 
 
 @jax.jit
-def _heldout_errors(basis: _solve.SolveBasis, U_fit, Z_out, U_out, Gh, ridges, masks):
-  """Relative errors `(S, R, L)` on held-out probes for operators fitted on the fit probes.
+def _heldout_errors(basis: _solve.SolveBasis, U_fit, X_out, Z_out, U_out, Gh, ridges, masks):
+  """Relative errors `(S, R, L)` on held-out probes for edits fitted on the fit probes.
 
   Args:
-    basis: factorisation of the (normalised) fit probes.
-    U_fit: `(S, n_fit, C)`; Z_out: `(n_out, d)` normalised; U_out: `(S, n_out, C)`.
+    basis: factorisation of the fit probes' regressor (`Zhat`, or the head's `Hh`).
+    U_fit: `(S, n_fit, C)`; X_out: `(n_out, m)` the held-out regressor rows (`Z_out` itself for
+      the embedding operator, `Hh` for the head edit: the edited embedding over `||z||` is
+      `zhat + Hh dK`); Z_out: `(n_out, d)` normalised; U_out: `(S, n_out, C)`.
     Gh: `(C, d)` normalised class embeddings; ridges: `(L,)`; masks: `(R, c)` rank masks.
   """
-  T = _solve._left(basis, U_fit, ridges)                                 # (S, L, d, c)
-  Y = jnp.einsum("nd,sldc->slnc", Z_out, T, precision=_HI)               # coords of Zo W
+  T = _solve._left(basis, U_fit, ridges)                                 # (S, L, m, c)
+  Y = jnp.einsum("nm,slmc->slnc", X_out, T, precision=_HI)              # coords of the shift
   Y = Y[:, None] * masks[None, :, None, None, :]                         # (S, R, L, n, c)
   zq = jnp.matmul(Z_out, basis.Qt.T, precision=_HI)                      # (n, c)
   qg = jnp.matmul(basis.Qt, Gh.T, precision=_HI)                         # (c, C)
@@ -191,10 +198,23 @@ def _heldout_errors(basis: _solve.SolveBasis, U_fit, Z_out, U_out, Gh, ridges, m
   return num / den
 
 
+def _check_regressor(H, n: int):
+  """The head edit's regressor `(n, m)` as a float array (ValueError naming the problem)."""
+  check_finite("regressor", H)
+  H = jnp.asarray(H)
+  if H.ndim != 2 or H.shape[0] != n:
+    raise ValueError(f"regressor must be (n={n}, m): one row per probe, got shape "
+                     f"{tuple(H.shape)}")
+  if not bool(jnp.any(H != 0)):
+    raise ValueError("regressor is all zero: nothing to regress the shift field on")
+  return H
+
+
 def select_rank_ridge(Z, G, U, *, ranks: Sequence[int] | None = None,
                       ridges: Sequence[float] = DEFAULT_RIDGES, folds: int = 5, seed: int = 0,
                       include_ceiling: bool = False, rule: str = "min",
-                      method: str = "eigh") -> Selection | list[Selection]:
+                      method: str = _solve.DEFAULT_METHOD,
+                      regressor=None) -> Selection | list[Selection]:
   """Choose `(rank, ridge)` by K-fold held-out descriptor reconstruction. Reads no label.
 
   Args:
@@ -209,7 +229,13 @@ def select_rank_ridge(Z, G, U, *, ranks: Sequence[int] | None = None,
     include_ceiling: also try the ceiling `min(C-1, d)` when it is not a power of two.
     rule: "min" (METHOD: the smallest mean error) or "1se" (the one-standard-error rule; see
       `choose`).
-    method: factorisation of each fold's Gram, "eigh" or "svd" (see `solve.solve_basis`).
+    method: factorisation of each fold's Gram, "eigh64" (default), "eigh" or "svd" (see
+      `solve.solve_basis`).
+    regressor: None for the embedding operator (`W (d, d)` regressed on `Zhat`), or the head
+      edit's row-scaled hidden features `Hh (n, m)` (`head_edit.head_features`), used as
+      given: each fold's `dK (m, d)` is the ridge from `Hh` to the shift field
+      (`solve.solve_head_delta`) and the held-out error is measured through the edited head,
+      whose embedding over `||z||` is `zhat + Hh dK` (METHOD step 7 for residual heads).
   Returns:
     A `Selection` (or a list of `S` of them) holding the `(R, L)` mean error table, the
     `(K, R, L)` per-fold table and the chosen pair.
@@ -225,6 +251,7 @@ def select_rank_ridge(Z, G, U, *, ranks: Sequence[int] | None = None,
                                  U_batched=True)
   n, d = Z.shape
   C = G.shape[0]
+  H = None if regressor is None else _check_regressor(regressor, n).astype(Z.dtype)
   if ranks is None:
     ranks = default_ranks(C, d, include_ceiling=include_ceiling)
     usable = _solve.numerical_rank(_solve._landmark_svd(l2_normalize(G))[1], d)
@@ -235,6 +262,7 @@ def select_rank_ridge(Z, G, U, *, ranks: Sequence[int] | None = None,
   ranks, ridges = _solve._check_sweep(ranks, ridges, C, d)
   method = _solve._check_method(method)
   Zh, Gh = l2_normalize(Z), l2_normalize(G)
+  X = Zh if H is None else H
   held = fold_indices(n, folds, seed)
   c = min(C, d)
   masks = jnp.asarray(np.arange(c)[None, :] < np.asarray(ranks)[:, None], Z.dtype)
@@ -242,11 +270,11 @@ def select_rank_ridge(Z, G, U, *, ranks: Sequence[int] | None = None,
   per_fold = []
   for out_idx in held:
     fit_idx = np.setdiff1d(np.arange(n), out_idx)
-    basis = _solve._basis(Zh[fit_idx], Gh, normalize=False, method=method)
+    basis = _solve._basis(X[fit_idx], Gh, normalize=False, method=method)
     if not per_fold:
       _solve._check_numerical_rank(basis.S, max(ranks), d)
-    per_fold.append(_heldout_errors(basis, U[:, fit_idx], Zh[out_idx], U[:, out_idx], Gh,
-                                    ridge_arr, masks))
+    per_fold.append(_heldout_errors(basis, U[:, fit_idx], X[out_idx], Zh[out_idx],
+                                    U[:, out_idx], Gh, ridge_arr, masks))
   fold_errors = np.asarray(jnp.stack(per_fold, axis=1), np.float64)     # (S, K, R, L)
   if not np.all(np.isfinite(fold_errors)):
     raise ValueError("held-out errors are not finite (is some U identically zero on a fold?)")

@@ -1,4 +1,7 @@
-"""The head edit (METHOD "Residual-head families"): exact fold, the ridge it solves, linearity."""
+"""The head edit (METHOD "Residual-head families"): exact fold, the ridge it solves, linearity,
+its label-free selection and the routes (core.routes)."""
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -237,3 +240,116 @@ def test_bad_inputs_are_clear_errors(model, grid):
     head_edit.fold_head_edit(cm, [(np.zeros((8, 8)), 1.0)])
   with pytest.raises(ValueError, match="no residual pooling head"):
     head_edit.head_features(cm, np.zeros((1, 3, 8, 8), np.float32))
+
+
+# ----------------------------------------------------------------------------------------------
+# The head edit's label-free selection and the engine's route functions (core.routes).
+
+
+def _brute_force_head_selection(Hh, Z, G, U, ranks, ridges, folds=5, seed=0):
+  """METHOD step 7 for the head edit, written out densely in float64: per fold, rank and
+  ridge, the ridge dK from the fit probes' Hh to their shift field, the held-out probes'
+  edited embedding normalise(zhat + Hh dK), the descriptor it reproduces, its relative error."""
+  from platonic_jax.core.select import fold_indices
+  Hh, Z, G, U = (np.asarray(a, np.float64) for a in (Hh, Z, G, U))
+  Zh = Z / np.linalg.norm(Z, axis=1, keepdims=True)
+  Gh = G / np.linalg.norm(G, axis=1, keepdims=True)
+  P, S, Qt = np.linalg.svd(Gh - Gh.mean(0), full_matrices=False)
+  centre = lambda A: A - A.mean(axis=1, keepdims=True)
+  n, m = Hh.shape
+  errs = np.zeros((folds, len(ranks), len(ridges)))
+  for k, out in enumerate(fold_indices(n, folds, seed)):
+    fit = np.setdiff1d(np.arange(n), out)
+    H = Hh[fit]
+    for i, r in enumerate(ranks):
+      Sf = (U[fit] @ P[:, :r] / S[:r]) @ Qt[:r]
+      for j, lam in enumerate(ridges):
+        lam_abs = lam * np.trace(H.T @ H) / m
+        dK = np.linalg.solve(H.T @ H + lam_abs * np.eye(m), H.T @ Sf)
+        z1 = Zh[out] + Hh[out] @ dK
+        z1 /= np.linalg.norm(z1, axis=1, keepdims=True)
+        R = centre(z1 @ Gh.T - Zh[out] @ Gh.T)
+        want = centre(U[out])
+        errs[k, i, j] = np.linalg.norm(R - want) / np.linalg.norm(want)
+  mean = errs.mean(axis=0)
+  i, j = np.unravel_index(np.argmin(mean), mean.shape)
+  return mean, ranks[i], ridges[j]
+
+
+def _planted_head_problem(seed=0, n=40, m=30, d=12, C=7):
+  """Hh, Z, G and a descriptor U that a head edit of rank ~3 reproduces up to noise."""
+  rs = np.random.RandomState(seed)
+  Hh = rs.randn(n, m) / np.sqrt(m)
+  Z = rs.randn(n, d) + 2.0 * rs.randn(d)
+  G = rs.randn(C, d) + 1.0 * rs.randn(d)
+  Zh = Z / np.linalg.norm(Z, axis=1, keepdims=True)
+  Gh = G / np.linalg.norm(G, axis=1, keepdims=True)
+  dK0 = 0.3 * rs.randn(m, 3) @ rs.randn(3, d) / np.sqrt(d)
+  z1 = Zh + Hh @ dK0
+  z1 /= np.linalg.norm(z1, axis=1, keepdims=True)
+  U = (z1 - Zh) @ Gh.T + 0.01 * rs.randn(n, C)
+  U -= U.mean(axis=1, keepdims=True)
+  return [a.astype(np.float32) for a in (Hh, Z, G, U)]
+
+
+def test_head_edit_selection_equals_a_brute_force_dense_selection():
+  from platonic_jax.core.select import DEFAULT_RIDGES, select_rank_ridge
+  Hh, Z, G, U = _planted_head_problem()
+  sel = select_rank_ridge(Z, G, U, regressor=Hh)
+  assert sel.ranks == (2, 4) and sel.ridges == DEFAULT_RIDGES
+  mean, rank, ridge = _brute_force_head_selection(Hh, Z, G, U, sel.ranks, sel.ridges)
+  np.testing.assert_allclose(sel.errors, mean, rtol=1e-4, atol=0)
+  assert (sel.rank, sel.ridge) == (rank, ridge)
+  # the head edit's table is its own: the embedding operator's selection reads another one
+  emb = select_rank_ridge(Z, G, U)
+  assert np.max(np.abs(emb.errors - sel.errors)) > 1e-2
+  # a regressor that is not one row per probe is named
+  with pytest.raises(ValueError, match=r"regressor must be \(n=40, m\)"):
+    select_rank_ridge(Z, G, U, regressor=Hh[:5])
+  with pytest.raises(ValueError, match="regressor is all zero"):
+    select_rank_ridge(Z, G, U, regressor=np.zeros_like(Hh))
+
+
+def _descriptor(grid_task, n, C, U, source):
+  grid = pj.make_grid(grid_task, range(n), [f"c{i}" for i in range(C)], ["{}"])
+  return pj.Descriptor.single(grid, U, (source,))
+
+
+def test_folded_head_edit_scores_as_the_edit_predicts(model, probes, grid):
+  """routes.solve_edits on a SigLIP target picks the head edit, selects it label-free, and the
+  model with fc2 folded embeds (and so scores) images exactly as the edit predicts."""
+  from platonic_jax.core import routes
+  Hh, z, G, U = grid
+  descs = [_descriptor("t", N_PROBES, N_CLASSES, U[i], f"src{i}") for i in range(2)]
+  edits = routes.solve_edits(model, z, G, descs, Hh=Hh, folds=4)   # 4 equal folds: one compile
+  assert [e.route for e in edits] == ["head_edit", "head_edit"]
+  assert all(e.operator.W.shape == (40, 24) and e.selection is not None for e in edits)
+  e0 = edits[0]
+  assert e0.record()["route"] == "head_edit" and e0.record()["rank"] == e0.selection.rank
+  np.testing.assert_allclose(
+      np.asarray(e0.operator.W),
+      np.asarray(solve_head_delta(Hh, G, U[0], rank=e0.rank, ridge=e0.ridge)), rtol=0, atol=1e-7)
+  assert e0.selection.fold_errors.shape[0] == 4
+  terms = [(edits[0], 0.5), (edits[1], -1.0)]
+  edited = routes.edited_model(model, terms)
+  want = np.asarray(routes.edited_embeddings(z, terms, Hh=Hh))
+  got = _encode(edited, probes)
+  got /= np.linalg.norm(got, axis=1, keepdims=True)
+  np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+  np.testing.assert_allclose(got @ G.T, want @ G.T, atol=1e-5, rtol=0)   # the scores
+  # the embedding operator stays available as the named reference (outside the model)
+  assert routes.route_for(model, "embedding_operator") == "embedding_operator"
+  ref = routes.ClosedFormEdit("embedding_operator", dataclasses.replace(
+      e0.operator, W=np.zeros((24, 24), np.float32)))
+  with pytest.raises(ValueError, match="acts on embeddings outside the model"):
+    routes.edited_model(model, [(ref, 1.0)])
+  np.testing.assert_allclose(np.asarray(routes.edited_embeddings(z, [(ref, 1.0)])),
+                             z / np.linalg.norm(z, axis=1, keepdims=True), atol=1e-6, rtol=0)
+  with pytest.raises(ValueError, match="different routes"):
+    routes.edited_embeddings(z, [(ref, 1.0), (e0, 1.0)], Hh=Hh)
+  with pytest.raises(ValueError, match="needs the head's features Hh"):
+    routes.solve_edit(model, z, G, descs[0])
+  with pytest.raises(ValueError, match=r"route 'fold' does not apply to the siglip family"):
+    routes.solve_edit(model, z, G, descs[0], route="fold")
+  with pytest.raises(ValueError, match="residual_head_route must be one of"):
+    routes.route_for(model, "weights")

@@ -24,7 +24,7 @@ def _problem(n=60, d=24, C=10, seed=0):
 def test_signature_reads_no_labels():
   params = set(inspect.signature(select_rank_ridge).parameters)
   assert params == {"Z", "G", "U", "ranks", "ridges", "folds", "seed", "include_ceiling",
-                    "rule", "method"}
+                    "rule", "method", "regressor"}
   assert not params & {"labels", "label", "y", "targets", "classes"}
 
 

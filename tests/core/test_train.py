@@ -319,7 +319,8 @@ def test_weight_space_arithmetic_across_models_is_an_error():
 def test_distillation_baselines_approach_the_source():
   w = world()
   t = w.tasks["colour"]
-  term = baselines.DistillTerm(t["probes"], t["G_other"], t["A_ft"], "colour")
+  term = baselines.DistillTerm(t["probes"], t["G_other"], t["A_ft"], "colour",
+                               *baselines.teacher_head(t["ft"]))
   A0 = train.affinities(w.other, t["probes"], t["G_other"])
 
   def centred_gap(A):

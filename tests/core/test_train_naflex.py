@@ -191,8 +191,9 @@ def test_adapter_on_naflex_probes_compiles_once(naflex):
 def test_distillation_baselines_on_naflex_probes(naflex):
   model, x, _, G = naflex
   rs = np.random.RandomState(6)
-  dterms = [baselines.DistillTerm(probes=x[:8], G=G, A_ft=rs.randn(8, C), name="ta"),
-            baselines.DistillTerm(probes=x[8:14], G=G, A_ft=rs.randn(6, C), name="tb")]
+  head = dict(zip(("teacher_scale", "teacher_bias"), baselines.teacher_head(model)))
+  dterms = [baselines.DistillTerm(probes=x[:8], G=G, A_ft=rs.randn(8, C), name="ta", **head),
+            baselines.DistillTerm(probes=x[8:14], G=G, A_ft=rs.randn(6, C), name="tb", **head)]
   for fn in (baselines.affinity_distillation, baselines.posterior_distillation):
     out = fn(model, dterms, rank=4, steps=2, batch=4)
     assert not lora.adapted(out.module)

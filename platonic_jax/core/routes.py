@@ -1,0 +1,213 @@
+"""Closed-form routes: how a solved edit reaches a target (METHOD "Realization 1", steps 3-7).
+
+Three routes, named in every closed-form record:
+
+* ``"fold"``: affine edit point (CLIP, OpenCLIP, MetaCLIP, EVA-CLIP, CLAP); ``W (d, d)`` on
+  ``Zhat``, folded as ``K' = K (I + sum s W)``, ``b' = b (I + sum s W)`` (``core.fold``).
+* ``"head_edit"``: residual head (SigLIP, SigLIP2), METHOD's deployable route; ``dK (m, d)`` on
+  the head's ``Hh``, folded as ``fc2.kernel += sum s dK`` (``core.head_edit``).
+* ``"embedding_operator"``: residual head, the named reference; ``W (d, d)`` on ``Zhat``,
+  applied as ``z (I + sum s W)`` outside the model (no model to save).
+
+Each route selects its own ``(rank, ridge)`` label-free (``select.select_rank_ridge``; the
+head edit with ``regressor=Hh``, its held-out error read through the edited head).
+
+The engine calls, per (target, grid):
+
+    edits = solve_edits(model, Z, G, descriptors, Hh=Hh)          # one ClosedFormEdit each
+    edited = edited_model(model, [(edits[0], 0.5), (other, 0.5)])  # "fold" / "head_edit"
+    Zp = edited_embeddings(Z_test, terms, Hh=Hh_test)             # what any route predicts
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from platonic_jax.core import head_edit as _head
+from platonic_jax.core import select as _select
+from platonic_jax.core import solve as _solve
+from platonic_jax.core.descriptor import Descriptor, check_finite, l2_normalize
+from platonic_jax.core.fold import fold as _fold_affine
+from platonic_jax.core.operator import Operator, apply_operators
+
+ROUTES: tuple[str, ...] = ("fold", "head_edit", "embedding_operator")
+RESIDUAL_HEAD_ROUTES: tuple[str, ...] = ("head_edit", "embedding_operator")
+
+
+def route_for(model, residual_head_route: str = "head_edit") -> str:
+  """The route of a target: "fold" for an affine edit point, else ``residual_head_route``
+  ("head_edit", METHOD's, or "embedding_operator", the reference)."""
+  if residual_head_route not in RESIDUAL_HEAD_ROUTES:
+    raise ValueError(f"residual_head_route must be one of {RESIDUAL_HEAD_ROUTES}, got "
+                     f"{residual_head_route!r}")
+  family = getattr(model, "family", None)
+  if family is None:
+    raise TypeError(f"route_for takes a DualEncoder, got {type(model).__name__}")
+  if getattr(family, "edit_kind", "affine") == "head":
+    return residual_head_route
+  return "fold"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ClosedFormEdit:
+  """One solved closed-form edit and the route it takes.
+
+  Attributes:
+    route: one of ``ROUTES``.
+    operator: the ``Operator`` holding ``W (d, d)`` ("fold", "embedding_operator") or
+      ``dK (m, d)`` ("head_edit"), with its rank, ridge and selection table.
+  """
+
+  route: str
+  operator: Operator
+
+  def __post_init__(self):
+    if self.route not in ROUTES:
+      raise ValueError(f"route must be one of {ROUTES}, got {self.route!r}")
+
+  @property
+  def rank(self) -> int:
+    return self.operator.rank
+
+  @property
+  def ridge(self) -> float:
+    return self.operator.ridge
+
+  @property
+  def selection(self):
+    return self.operator.selection
+
+  def record(self) -> dict[str, Any]:
+    """What a closed-form record says about the edit: route, rank, ridge, selected error."""
+    sel = self.operator.selection
+    return {"route": self.route, "rank": self.rank, "ridge": self.ridge,
+            "selection_error": None if sel is None else sel.error}
+
+
+def solve_edits(model, Z, G, descriptors: Sequence[Descriptor], *, Hh=None, probes=None,
+                route: str | None = None, rank: int | None = None, ridge: float | None = None,
+                ridges: Sequence[float] = _select.DEFAULT_RIDGES, folds: int = 5,
+                seed: int = 0, rule: str = "min", include_ceiling: bool = False,
+                method: str = _solve.DEFAULT_METHOD) -> list[ClosedFormEdit]:
+  """The closed-form edits of several one-term descriptors on one grid for one target, each
+  with its label-free ``(rank, ridge)`` (one batched selection for all of them).
+
+  Args:
+    model: the target ``DualEncoder`` (its family picks the route; its ``target_id`` is
+      recorded).
+    Z: ``(n, d)`` the target's pre-trained probe embeddings on the grid.
+    G: ``(C, d)`` its class embeddings on the grid.
+    descriptors: one-term ``Descriptor``s on that grid, ``U (n, C)`` each.
+    Hh: ``(n, m)`` the head's row-scaled hidden features of the same probes
+      (``head_edit.head_features``), needed by the "head_edit" route; or give ``probes`` (the
+      probe images) and they are computed here.
+    route: ``None`` (``route_for(model)``: "fold" or "head_edit"), or "embedding_operator"
+      for a residual-head target; "head_edit" on an affine family is an error.
+    rank, ridge: fixed values (each given one restricts the selection to it).
+    ridges, folds, seed, rule, include_ceiling, method: see ``select.select_rank_ridge``.
+  Returns:
+    ``[ClosedFormEdit, ...]``, one per descriptor, in order.
+  """
+  descriptors = [descriptors] if isinstance(descriptors, Descriptor) else list(descriptors)
+  if not descriptors or not all(isinstance(d, Descriptor) for d in descriptors):
+    raise TypeError("descriptors must be a non-empty sequence of one-term Descriptors")
+  terms = [d.only for d in descriptors]
+  if len({t.grid.version for t in terms}) != 1:
+    raise ValueError(f"the descriptors lie on different grids "
+                     f"{sorted({t.grid.task for t in terms})}: solve one grid at a time")
+  route = route_for(model) if route is None else route
+  if route not in ROUTES:
+    raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
+  natural = route_for(model)
+  if (natural == "fold") != (route == "fold"):
+    raise ValueError(f"route {route!r} does not apply to the {model.family.name} family "
+                     f"(its routes: {('fold',) if natural == 'fold' else RESIDUAL_HEAD_ROUTES})")
+  H = None
+  if route == "head_edit":
+    if Hh is None:
+      if probes is None:
+        raise ValueError("the head_edit route needs the head's features Hh (n, m) or the "
+                         "probe images (probes=) to compute them")
+      _, Hh, _ = _head.head_features(model, probes)
+    check_finite("Hh", Hh)
+    H = np.asarray(Hh)
+  Us = np.stack([np.asarray(t.U) for t in terms])
+  sels = [None] * len(terms)
+  if rank is None or ridge is None:
+    sels = _select.select_rank_ridge(
+        Z, G, Us, ranks=None if rank is None else (rank,),
+        ridges=tuple(ridges) if ridge is None else (ridge,), folds=folds, seed=seed, rule=rule,
+        include_ceiling=include_ceiling, method=method, regressor=H)
+  out = []
+  for t, sel in zip(terms, sels):
+    r, lam = (rank, ridge) if sel is None else (sel.rank, sel.ridge)
+    if H is None:
+      M = _solve.solve_operator(Z, G, t.U, rank=r, ridge=lam, method=method)
+    else:
+      M = _solve.solve_head_delta(H, G, t.U, rank=r, ridge=lam, method=method)
+    op = Operator(W=M, grid=t.grid, target_id=model.target_id, source=t.source_id,
+                  provenance=t.provenance, rank=int(r), ridge=float(lam), selection=sel)
+    out.append(ClosedFormEdit(route=route, operator=op))
+  return out
+
+
+def solve_edit(model, Z, G, descriptor: Descriptor, **kw) -> ClosedFormEdit:
+  """``solve_edits`` for one descriptor."""
+  return solve_edits(model, Z, G, [descriptor], **kw)[0]
+
+
+def _route_of(terms) -> tuple[str, list[tuple[Operator, float]]]:
+  terms = list(terms)
+  if not terms:
+    raise ValueError("no edit terms given")
+  for i, item in enumerate(terms):
+    if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], ClosedFormEdit)):
+      raise TypeError(f"term {i} must be a (ClosedFormEdit, strength) pair, got {item!r}")
+  routes = {e.route for e, _ in terms}
+  if len(routes) != 1:
+    raise ValueError(f"the terms take different routes {sorted(routes)}; one edit has one route")
+  return routes.pop(), [(e.operator, s) for e, s in terms]
+
+
+def edited_model(model, terms: Sequence[tuple[ClosedFormEdit, float]]):
+  """A copy of ``model`` with the edits ``sum_l s_l edit_l`` folded in ("fold":
+  ``K (I + sum s W)``; "head_edit": ``fc2.kernel += sum s dK``); ``model`` is unchanged. The
+  "embedding_operator" route has no model (it acts outside it): an error naming
+  ``edited_embeddings``."""
+  route, ops = _route_of(terms)
+  if route == "embedding_operator":
+    raise ValueError("the embedding_operator route acts on embeddings outside the model; "
+                     "use edited_embeddings (or the head_edit route for a deployable model)")
+  if route == "head_edit":
+    return _head.fold_head_edit(model, ops, target_id=model.target_id)
+  return _fold_affine(model, ops)
+
+
+def edited_embeddings(Z, terms: Sequence[tuple[ClosedFormEdit, float]], *, Hh=None):
+  """The normalised image embeddings the edit predicts, ``(n, d)``.
+
+  Z: ``(n, d)`` the pre-trained target's embeddings of the images. "fold" and
+  "embedding_operator": ``normalise(Z (I + sum s W))``. "head_edit" (needs ``Hh (n, m)`` of the
+  same images): ``normalise(zhat + Hh sum s dK)``, which is what the folded model embeds.
+  """
+  route, ops = _route_of(terms)
+  check_finite("Z", Z)
+  Z = jnp.asarray(Z)
+  if route != "head_edit":
+    return l2_normalize(apply_operators(Z, ops))
+  if Hh is None:
+    raise ValueError("the head_edit route predicts embeddings from the head's features: "
+                     "pass Hh (n, m) of the same images")
+  check_finite("Hh", Hh)
+  Hh = jnp.asarray(Hh)
+  if Hh.ndim != 2 or Hh.shape[0] != Z.shape[0]:
+    raise ValueError(f"Hh must be (n={Z.shape[0]}, m), got shape {tuple(Hh.shape)}")
+  dK = sum(s * jnp.asarray(op.W, jnp.float32) for op, s in ops)
+  if dK.shape[0] != Hh.shape[1] or dK.shape[1] != Z.shape[1]:
+    raise ValueError(f"the edit's dK is {tuple(dK.shape)}, Hh (n, {Hh.shape[1]}) and Z "
+                     f"(n, {Z.shape[1]}) need ({Hh.shape[1]}, {Z.shape[1]})")
+  return l2_normalize(l2_normalize(Z) + jnp.matmul(Hh, dK, precision="highest"))

@@ -72,23 +72,30 @@ def kept_fraction(masked: Mapping[str, jax.Array], tau: Mapping[str, jax.Array])
   return kept / total if total else 0.0
 
 
+def _kernel_filter(paths: tuple[str, ...]):
+  """An nnx filter selecting the ``kernel`` Params of the linear layers at ``paths``."""
+  wanted = set(paths)
+  return lambda path, x: (isinstance(x, nnx.Param) and len(path) > 1 and path[-1] == "kernel"
+                          and ".".join(str(k) for k in path[:-1]) in wanted)
+
+
 @functools.lru_cache(maxsize=16)
 def _gradient_fn(graphdef, vote: str):
-  """jitted ``(zero deltas, state, x (b,...), y (b,), w (b,), G (C, d)) -> path -> (in, out)``:
-  the w-weighted sum of per-example gradients ("mean") or of their signs ("majority")."""
+  """jitted ``(kernels, rest, x (b,...), y (b,), w (b,), G (C, d)) -> state of kernel
+  gradients``: the w-weighted sum of per-example gradients ("mean") or of their signs
+  ("majority")."""
 
-  def losses(deltas, state, x, y, G):
-    module = nnx.merge(graphdef, state)
-    lora.add_delta(module, deltas)  # zero: the gradient w.r.t. the kernels at the pre-trained point
+  def losses(kernels, rest, x, y, G):
+    module = nnx.merge(graphdef, kernels, rest)
     logits = train.head_logits(module, train.image_affinity(module, x, G))
     return optax.softmax_cross_entropy_with_integer_labels(logits, y)
 
   if vote == "mean":
-    def fn(deltas, state, x, y, w, G):
-      return jax.grad(lambda d: jnp.sum(w * losses(d, state, x, y, G)))(deltas)
+    def fn(kernels, rest, x, y, w, G):
+      return jax.grad(lambda k: jnp.sum(w * losses(k, rest, x, y, G)))(kernels)
   else:
-    def fn(deltas, state, x, y, w, G):
-      one = lambda xi, yi: jax.grad(lambda d: losses(d, state, xi[None], yi[None], G)[0])(deltas)
+    def fn(kernels, rest, x, y, w, G):
+      one = lambda xi, yi: jax.grad(lambda k: losses(k, rest, xi[None], yi[None], G)[0])(kernels)
       per = jax.vmap(one)(x, y)
       return jax.tree.map(lambda g: jnp.tensordot(w, jnp.sign(g), axes=1), per)
   return jax.jit(fn)
@@ -118,8 +125,7 @@ def target_gradients(target: DualEncoder, paths, images, labels, G, *, vote: str
   if unknown:
     raise ValueError(f"task-vector entries {unknown[:4]} are not linear layers of "
                      f"{target.name!r}")
-  zeros = {p: jnp.zeros(layers[p].kernel.shape, jnp.float32) for p in paths}
-  graphdef, state = nnx.split(target.module)
+  graphdef, kernels, rest = nnx.split(target.module, _kernel_filter(paths), ...)
   fn = _gradient_fn(graphdef, vote)
   size = min(batch, n)
   total = None
@@ -128,11 +134,14 @@ def target_gradients(target: DualEncoder, paths, images, labels, G, *, vote: str
     w = (idx < n).astype(np.float32)
     idx = np.minimum(idx, n - 1)
     x = jax.tree.map(lambda a: a[idx], images)
-    g = fn(zeros, state, x, jnp.asarray(labels[idx]), jnp.asarray(w), Gn)
+    g = fn(kernels, rest, x, jnp.asarray(labels[idx]), jnp.asarray(w), Gn)
     total = g if total is None else jax.tree.map(jnp.add, total, g)
+  grads = {".".join(str(k) for k in path[:-1]): v for path, v in
+           jax.tree_util.tree_flatten_with_path(total.to_pure_dict())[0]
+           for path in [tuple(getattr(k, "key", getattr(k, "idx", k)) for k in path)]}
   if vote == "mean":
-    total = jax.tree.map(lambda a: a / n, total)
-  return dict(total)
+    grads = {p: g / n for p, g in grads.items()}
+  return {p: grads[p] for p in paths}
 
 
 def gradfix(target: DualEncoder, tau: Mapping[str, jax.Array], images, labels, G, *,

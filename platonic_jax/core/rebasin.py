@@ -27,6 +27,10 @@ Two details of this implementation:
 * Outputs are not recorded: ``Y = X K + b`` with the layer's pre-trained kernel, so the output
   statistics follow from the input ones (``Y_s^T Y_t = K_s^T X_s^T X_t K_t + ...``), and q_proj's
   output map also uses every token.
+* An MLP's expanding ``fc1`` writes ``Y = X K + b``, which spans at most ``in + 1`` of its
+  ``out`` dimensions: those outputs leave most of its output map undetermined. Its neurons are
+  observed after the elementwise activation instead, as ``fc2``'s inputs, and ``fc1``'s output
+  map is ``fc2``'s input map (one map per neuron space, as re-basin's permutations are).
 
 ``center`` (off by default, as in the reference) centres the activations before matching.
 Cross-covariances accumulate over image chunks; maps are solved in float64.
@@ -48,6 +52,10 @@ from platonic_jax.models import layers as layers_lib
 from platonic_jax.models.dual_encoder import DualEncoder
 
 _SHARED_INPUT = ("q_proj", "k_proj", "v_proj")
+# An MLP's expanding layer: its outputs (before the activation) span at most in + 1 of its out
+# dimensions, so they do not determine an output map; its neurons are observed after the
+# elementwise activation, as the next layer's inputs, and take that layer's input map.
+_READ_BY = {"fc1": "fc2"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,48 +101,64 @@ def input_sites(paths, layers: Mapping[str, object]) -> dict[str, tuple[str, ...
   return out
 
 
-@functools.lru_cache(maxsize=16)
-def _stats_fn(graphdef_s, graphdef_t, wanted: tuple[str, ...]):
-  """jitted ``(state_s, state_t, x_s, x_t) -> path -> (X_s^T X_t, sum X_s, sum X_t, n)`` over
-  every call of each wanted layer on the batch (rows = tokens of every image)."""
+def output_reader(path: str, layers: Mapping[str, object]) -> str | None:
+  """The linear layer whose input map is ``path``'s output map (an MLP's ``fc1`` -> its
+  ``fc2``), or None when the output map comes from ``path``'s own outputs."""
+  parent, _, name = path.rpartition(".")
+  reader = f"{parent}.{_READ_BY[name]}" if name in _READ_BY else None
+  return reader if reader in layers else None
 
-  def record(graphdef, state, x):
+
+@functools.lru_cache(maxsize=16)
+def _rows_fn(graphdef, wanted: tuple[str, ...]):
+  """jitted ``(state, x (b, ...)) -> path -> (b, r, in)``: each wanted layer's inputs on the
+  batch, ``r`` rows per image (its tokens, over every call of the layer)."""
+
+  def fn(state, x):
     module = nnx.merge(graphdef, state)
     ids = {id(m): p for p, m in lora.linear_layers(module).items() if p in wanted}
     rows: dict[str, list] = {}
+    b = train.num_rows(x)
 
     def tap(layer, inp):
       p = ids.get(id(layer))
       if p is not None:
-        rows.setdefault(p, []).append(inp.reshape(-1, inp.shape[-1]).astype(jnp.float32))
+        rows.setdefault(p, []).append(inp.reshape(b, -1, inp.shape[-1]).astype(jnp.float32))
 
     with layers_lib.tap_dense_inputs(tap):
       train.encode_images(module, x)
-    return {p: jnp.concatenate(v) for p, v in rows.items()}
-
-  def fn(state_s, state_t, x_s, x_t):
-    rs, rt = record(graphdef_s, state_s, x_s), record(graphdef_t, state_t, x_t)
-    out = {}
-    for p in rs:
-      if p not in rt:
-        continue  # reported by the caller
-      a, b = rs[p], rt[p]
-      out[p] = (jnp.matmul(a.T, b, precision=jax.lax.Precision.HIGHEST), a.sum(0), b.sum(0),
-                jnp.asarray(a.shape[0], jnp.float32))
-    return out
+    return {p: jnp.concatenate(v, axis=1) for p, v in rows.items()}
 
   return jax.jit(fn)
 
 
-def _cross(stats, K_s, b_s, K_t, b_t, center: bool) -> tuple[np.ndarray, np.ndarray]:
-  """(input cross-covariance (in, in), output cross-covariance (out, out)) of one layer."""
+@jax.jit
+def _stats(rows_s, rows_t, w):
+  """path -> (X_s^T X_t (in, in), w-weighted row sums of X_s and X_t, row count) of one batch;
+  w (b,) weighs each image's rows (0 for padding)."""
+  out = {}
+  for p, a in rows_s.items():
+    b = rows_t[p]
+    out[p] = (jnp.einsum("bri,brj,b->ij", a, b, w, precision=jax.lax.Precision.HIGHEST),
+              jnp.einsum("bri,b->i", a, w), jnp.einsum("bri,b->i", b, w),
+              jnp.sum(w) * a.shape[1])
+  return out
+
+
+def _in_cross(stats, center: bool) -> np.ndarray:
+  """A layer's input cross-covariance ``X_s^T X_t (in, in)`` (centred when ``center``)."""
+  C, s_s, s_t, n = stats
+  return C - np.outer(s_s, s_t) / n if center else C
+
+
+def _out_cross(stats, K_s, b_s, K_t, b_t, center: bool) -> np.ndarray:
+  """Its output cross-covariance ``Y_s^T Y_t (out, out)`` with ``Y = X K + b`` (the bias
+  cancels when centred)."""
   C, s_s, s_t, n = stats
   if center:
-    C = C - np.outer(s_s, s_t) / n
-    return C, K_s.T @ C @ K_t
-  C_out = K_s.T @ C @ K_t + np.outer(K_s.T @ s_s, b_t) + np.outer(b_s, K_t.T @ s_t) \
-      + n * np.outer(b_s, b_t)
-  return C, C_out
+    return K_s.T @ _in_cross(stats, True) @ K_t
+  return (K_s.T @ C @ K_t + np.outer(K_s.T @ s_s, b_t) + np.outer(b_s, K_t.T @ s_t)
+          + n * np.outer(b_s, b_t))
 
 
 def _kernel_bias(layer) -> tuple[np.ndarray, np.ndarray]:
@@ -172,30 +196,39 @@ def theseus_maps(source: DualEncoder, target: DualEncoder, paths, images, *,
   if unknown:
     raise ValueError(f"task-vector entries {unknown[:4]} are not linear layers of "
                      f"{target.name!r}")
-  sites = input_sites(paths, lay_t)
+  readers = {p: output_reader(p, lay_t) for p in paths}
+  sites = input_sites(set(paths) | {r for r in readers.values() if r}, lay_t)
   wanted = tuple(sorted({q for s in sites.values() for q in s}))
   gs, ss = nnx.split(source.module)
   gt, st = nnx.split(target.module)
-  fn = _stats_fn(gs, gt, wanted)
+  fn_s, fn_t = _rows_fn(gs, wanted), _rows_fn(gt, wanted)  # one function: same architecture
   size = min(batch, n)
   acc: dict[str, list] = {}
   for start in range(0, n, size):
-    idx = np.arange(start, min(start + size, n))
-    out = fn(ss, st, jax.tree.map(lambda a: a[idx], images_s),
-             jax.tree.map(lambda a: a[idx], images_t))
+    idx = np.arange(start, start + size)
+    w = (idx < n).astype(np.float32)  # the last chunk is padded with zero-weight images
+    idx = np.minimum(idx, n - 1)
+    rows_s = fn_s(ss, jax.tree.map(lambda a: a[idx], images_s))
+    rows_t = fn_t(st, jax.tree.map(lambda a: a[idx], images_t))
+    out = _stats({p: v for p, v in rows_s.items() if p in rows_t},
+                 {p: v for p, v in rows_t.items() if p in rows_s}, jnp.asarray(w))
     for p, vals in out.items():
       vals = [np.asarray(v, np.float64) for v in vals]
       acc[p] = vals if p not in acc else [a + v for a, v in zip(acc[p], vals)]
-  maps = {}
-  for p in paths:
+  def stats(p):
     seen = [q for q in sites[p] if q in acc]
     if not seen:
       raise ValueError(f"Theseus: layer {p!r} is never called (as a Dense layer) when "
                        f"{target.name!r} embeds images, so it has no calibration activations")
-    site = max(seen, key=lambda q: acc[q][3])  # the sibling that read the most rows
+    return acc[max(seen, key=lambda q: acc[q][3])]  # the sibling that read the most rows
+
+  maps = {}
+  for p in paths:
     K_s, b_s = _kernel_bias(lay_s[p])
     K_t, b_t = _kernel_bias(lay_t[p])
-    C_in, C_out = _cross(acc[site], K_s, b_s, K_t, b_t, center)
+    C_in = _in_cross(stats(p), center)
+    C_out = (_in_cross(stats(readers[p]), center) if readers[p]
+             else _out_cross(stats(p), K_s, b_s, K_t, b_t, center))
     maps[p] = LayerMaps(procrustes(C_in), procrustes(C_out))
   return maps
 

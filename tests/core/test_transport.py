@@ -271,3 +271,24 @@ def test_transport_refuses_bad_inputs(pair):
     rebasin.theseus_maps(source, target, tuple(tau), x, source_images=x[:3])
   with pytest.raises(ValueError, match="no target gradient"):
     gradfix.sign_mask(tau, {})
+  p = next(iter(tau))
+  with pytest.raises(ValueError, match="its gradient"):
+    gradfix.sign_mask({p: tau[p]}, {p: tau[p].T})
+  with pytest.raises(ValueError, match="non-empty task vector"):
+    gradfix.gradfix(target, {}, x, y, G)
+  with pytest.raises(ValueError, match="batch must be a positive int"):
+    gradfix.target_gradients(target, (p,), x, y, G, batch=0)
+  with pytest.raises(ValueError, match="batch must be a positive int"):
+    rebasin.theseus_maps(source, target, (p,), x, batch=0)
+  with pytest.raises(ValueError, match="non-empty task vector"):
+    rebasin.theseus(source, target, {}, x)
+  with pytest.raises(ValueError, match="no Theseus maps"):
+    rebasin.theseus(source, target, {p: tau[p]}, None, maps={})
+  with pytest.raises(ValueError, match="NaN or inf"):
+    rebasin.procrustes(np.full((2, 2), np.nan))
+  maps = rebasin.LayerMaps(np.eye(3), np.eye(4))
+  with pytest.raises(ValueError, match=r"delta of shape \(4, 3\) does not fit"):
+    rebasin.transport_delta(np.zeros((4, 3)), maps)
+  with pytest.raises(ValueError, match="coefficient must be finite"):
+    baselines.same_architecture_transfer(
+        source, target, [baselines.TransportTerm(ft, float("nan"), x, y, G)])

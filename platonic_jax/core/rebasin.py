@@ -18,15 +18,16 @@ of a layer's inputs and outputs), the maps *are* those permutations, so the tran
 acts on the target exactly as the source's acts on the source; between differently trained
 models they are the best orthogonal matching of neurons (and, through the q/k/v/o maps, heads).
 
-Two details of this implementation:
+Details of this implementation:
 
+* Rows are every token of every image at every layer: under the calibration tap a class-token
+  tower computes its whole last block (``models.layers.tapping``), as the reference towers do,
+  although only the class token's output is used.
 * The q, k and v projections of one attention block read one input space (the block's
-  normalised residual stream); its map is estimated once, from all the rows any of them read.
-  (A class-token tower's last block computes only its first token's query, so q_proj alone
-  would see one row per image.)
+  normalised residual stream); its map is estimated once, from all the rows any of them read
+  (a cross-attention query may read fewer rows than its keys and values).
 * Outputs are not recorded: ``Y = X K + b`` with the layer's pre-trained kernel, so the output
-  statistics follow from the input ones (``Y_s^T Y_t = K_s^T X_s^T X_t K_t + ...``), and q_proj's
-  output map also uses every token.
+  statistics follow from the input ones (``Y_s^T Y_t = K_s^T X_s^T X_t K_t + ...``).
 * An MLP's expanding ``fc1`` writes ``Y = X K + b``, which spans at most ``in + 1`` of its
   ``out`` dimensions: those outputs leave most of its output map undetermined. Its neurons are
   observed after the elementwise activation instead, as ``fc2``'s inputs, and ``fc1``'s output

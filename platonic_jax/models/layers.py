@@ -73,6 +73,13 @@ def tap_dense_inputs(tap: Callable[["Dense", jax.Array], None]):
     _DENSE_TAPS.pop()
 
 
+def tapping() -> bool:
+  """Whether a ``tap_dense_inputs`` block is active: class-token towers then compute every token
+  of their last block (the same class-token output), so the taps see the token rows a reference
+  tower computes there."""
+  return bool(_DENSE_TAPS)
+
+
 def _normal(rngs: nnx.Rngs, shape, std: float):
   return std * jax.random.normal(rngs.params(), shape, jnp.float32)
 

@@ -21,9 +21,10 @@ from platonic_jax.core import baselines, gradfix, lora, rebasin, train
 from platonic_jax.models.clip import ClipSpec, TowerSpec
 from tests.core.test_train import dual
 
-# Two blocks, so that the last block (class token only) and an earlier one (every token) are
-# both exercised; 4 heads of width 4; 48 calibration images give 48 class-token rows, more than
-# any layer's width (32), so every map is determined.
+# Two blocks (the last one a class-token tower computes for its first token only, except under
+# the calibration tap); 4 heads of width 4. 24 calibration images give 24 class-token rows
+# (visual_projection reads 16 dimensions) and 120 token rows (fc2 reads 32), so every map is
+# determined.
 VISION = TowerSpec(hidden_size=16, intermediate_size=32, num_hidden_layers=2,
                    num_attention_heads=4, image_size=16, patch_size=8)
 TEXT = TowerSpec(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
@@ -96,7 +97,7 @@ def pair():
 def test_theseus_recovers_the_permutation_and_the_task_vector_performs_as_the_original(pair):
   source, target, perms, tau = pair
   assert sorted(tau) == sorted(perms) and len(tau) == 13  # every vision linear layer
-  maps = rebasin.theseus_maps(source, target, tuple(tau), _images(48, 3), batch=2)
+  maps = rebasin.theseus_maps(source, target, tuple(tau), _images(24, 3), batch=2)
   for p, (P_in, P_out) in perms.items():
     for got, want, side in ((maps[p].t_in, P_in, "in"), (maps[p].t_out, P_out, "out")):
       assert np.array_equal(np.argmax(got, axis=0), np.argmax(want, axis=0)), (p, side)
@@ -215,8 +216,8 @@ def test_same_architecture_transfer_moves_a_lora_fine_tune(pair):
   lora.attach(ft.module, tuple(tau_all), rank=2, rngs=nnx.Rngs(3))
   for i, layer in enumerate(lora.adapted(ft.module).values()):
     layer.lora_b[...] = 0.3 * jax.random.normal(jax.random.key(i), layer.lora_b.shape)
-  # 48 images: enough class-token rows to determine the last block's maps (see VISION)
-  x, y, G = _images(48, 9), np.tile(np.arange(C), 12), _heads(10)
+  # 24 images: enough class-token rows to determine every map (see VISION)
+  x, y, G = _images(24, 9), np.tile(np.arange(C), 6), _heads(10)
   term = baselines.TransportTerm(ft, 1.0, x, y, G)
   out = baselines.same_architecture_transfer(source, target, [term], batch=2)
   assert sorted(out) == ["gradfix", "theseus"]
@@ -292,3 +293,19 @@ def test_transport_refuses_bad_inputs(pair):
   with pytest.raises(ValueError, match="coefficient must be finite"):
     baselines.same_architecture_transfer(
         source, target, [baselines.TransportTerm(ft, float("nan"), x, y, G)])
+
+
+def test_a_calibration_tap_sees_every_token_and_changes_no_output(pair):
+  from platonic_jax.models import layers
+  source = pair[0]
+  x = jnp.asarray(_images(4, 14))
+  seen = []
+  with layers.tap_dense_inputs(lambda layer, inp: seen.append(tuple(inp.shape))):
+    assert layers.tapping()
+    tapped = source.module.encode_image(x)
+  assert not layers.tapping()
+  # q, k, v, out_proj, fc1 and fc2 of both blocks on all 5 tokens (the class token and 4
+  # patches), the last block included; then the projection of the pooled class token
+  assert seen == [(4, 5, 16)] * 5 + [(4, 5, 32)] + [(4, 5, 16)] * 5 + [(4, 5, 32)] + [(4, 16)]
+  np.testing.assert_allclose(np.asarray(tapped), np.asarray(source.module.encode_image(x)),
+                             atol=1e-6)

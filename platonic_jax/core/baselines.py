@@ -150,6 +150,7 @@ def same_architecture_transfer(source: DualEncoder, target: DualEncoder,
   bad = [m for m in methods if m not in TRANSPORTS]
   if bad or not methods:
     raise ValueError(f"unknown transport methods {bad or methods}; choose from {TRANSPORTS}")
+  gradfix_lib.check_vote(vote)
   terms = list(terms)
   if not terms or not all(isinstance(t, TransportTerm) for t in terms):
     raise TypeError("terms must be a non-empty sequence of TransportTerm")

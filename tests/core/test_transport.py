@@ -261,6 +261,8 @@ def test_transport_refuses_bad_inputs(pair):
     baselines.same_architecture_transfer(source, wider, [term])
   with pytest.raises(ValueError, match="unknown GradFix vote"):
     gradfix.gradfix(target, tau, x, y, G, vote="max")
+  with pytest.raises(ValueError, match="unknown GradFix vote"):
+    baselines.same_architecture_transfer(source, target, [term], vote="max")
   with pytest.raises(ValueError, match="labels must lie in"):
     gradfix.gradfix(target, tau, x, y + 1, G)
   with pytest.raises(ValueError, match="not linear layers"):

@@ -547,7 +547,8 @@ def test_same_architecture_variants_add_a_differently_pretrained_twin_only():
     assert twin == plain  # the base world, and so its cache keys and main job, unchanged
   assert main_config.get_config("micro-samearch").source.steps == 60  # micro settings
   config = toy_world.get_config("micro-samearch").to_dict()
-  assert world_lib.same_architecture_pairs(config) == (("clip-a", "clip-a2"), ("clip-a2", "clip-a"))
+  assert world_lib.same_architecture_pairs(config) == (("clip-a", "clip-a2"),
+                                                       ("clip-a2", "clip-a"))
   assert world_lib.same_architecture_pairs(config, ("clip-a", "siglip-b")) == ()
   assert world_lib.same_architecture_pairs(toy_world.get_config().to_dict()) == ()
   assert world_lib.hf_config(config, "clip-a2") == world_lib.hf_config(config, "clip-a")

@@ -103,7 +103,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.compilation_cache = True
   c.cache_dir = ""
   c.export_cells = ()
-  if variant == "micro":
+  if variant in ("micro", "micro-samearch"):
     c.source.steps = 60
     c.adapter.steps = 40
     c.adapter.lr = 2e-2

@@ -9,7 +9,9 @@ all four, cold, takes about 10 minutes on a 2-core CPU; cached afterwards);
 suite; ``get_config("wide")`` the default world with 80-160-wide towers (a measurement of what
 width buys; its pretraining alone takes about 12 minutes on 2 cores); ``get_config("lookalike")``
 the default world with look-alike class pairs swapped in the captions (the earlier default; see
-``captions.swap`` below). Fields:
+``captions.swap`` below); ``get_config("samearch")`` / ``get_config("micro-samearch")`` the
+default / micro world plus the families of ``SAME_ARCHITECTURE`` (another pretrained model of an
+existing family's architecture, for parameter-space transport). Fields:
 
   seed: everything (images, captions, initialisation, probes) derives from it.
   image_size: square RGB images (a multiple of 16, at least 32).
@@ -46,7 +48,15 @@ def _family(vision, text, projection_dim, steps=0, arch="clip"):
   return dict(vision=vision, text=text, projection_dim=projection_dim, steps=steps, arch=arch)
 
 
-VARIANTS = ("default", "micro", "wide", "lookalike")
+VARIANTS = ("default", "micro", "wide", "lookalike", "samearch", "micro-samearch")
+
+# The same-architecture variants add these families to their base world: each a copy of an
+# existing family's architecture (and pretraining settings) under its own name, so it is
+# initialised and captioned from its own random streams (``platonic_jax.data.toyworld.world``
+# seeds both by the world seed and the family name) -- different models of one architecture,
+# as the paper's CLIP-L, OpenCLIP-L and MetaCLIP-L are. Parameter-space transport (GradFix,
+# Theseus) is defined between them. The base worlds, and so the default main job, are unchanged.
+SAME_ARCHITECTURE = {"clip-a2": "clip-a"}
 
 
 def check_variant(arg: str | None, what: str) -> str:
@@ -54,13 +64,22 @@ def check_variant(arg: str | None, what: str) -> str:
   ``what`` for any other."""
   variant = arg or "default"
   if variant not in VARIANTS:
-    raise ValueError(f"unknown {what} variant {arg!r}; use '' (default), 'micro', 'wide' or "
-                     "'lookalike'")
+    raise ValueError(f"unknown {what} variant {arg!r}; use '' (default), 'micro', 'wide', "
+                     "'lookalike', 'samearch' or 'micro-samearch'")
   return variant
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   variant = check_variant(arg, "toy world")
+  c = _base_config(variant.removesuffix("samearch").rstrip("-") or "default")
+  c.variant = variant
+  if variant.endswith("samearch"):
+    for name, like in SAME_ARCHITECTURE.items():
+      c.families[name] = c.families[like].to_dict()
+  return c
+
+
+def _base_config(variant: str) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.variant = variant
   c.seed = 0

@@ -13,6 +13,10 @@
   read off the source by ``teacher_head``); ``teacher="target"`` puts the target's ``s, b`` on
   the teacher side too. The student always uses the target's head.
 * ``gradient_ascent_negation``: ascend the labeled cross-entropy for a fixed budget of steps.
+* ``same_architecture_transfer``: a source's task vectors moved to a *different* model of the
+  same architecture by GradFix (``core.gradfix``: sign-masked by the target's gradient on a few
+  labeled examples) and Theseus (``core.rebasin``: re-based by Procrustes matching of the two
+  pre-trained models' activations), then added as weight-space arithmetic adds them.
 
 Every learned baseline uses a fresh LoRA (default rank 16 on the vision q/v), AdamW with
 warm-up + cosine decay, ``batch`` probes per term and step, and returns the model merged or
@@ -29,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from platonic_jax.core import adapter, lora, train
+from platonic_jax.core import adapter, gradfix as gradfix_lib, lora, rebasin, train
 from platonic_jax.core.train import Recipe
 from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.models.preprocess import NaflexInputs
@@ -39,11 +43,32 @@ from platonic_jax.models.preprocess import NaflexInputs
 # Weight-space task arithmetic.
 
 
-def _param_shapes(model: DualEncoder) -> dict[str, tuple]:
-  state = nnx.state(model.module, nnx.Param)
-  flat = jax.tree_util.tree_flatten_with_path(state.to_pure_dict())[0]
-  return {".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in p): tuple(v.shape)
-          for p, v in flat if "lora_" not in str(p[-1])}
+def _task_vector(pre: DualEncoder, ft, what: str = "weight_space_arithmetic",
+                 pre_shapes: dict | None = None, pre_fp: str | None = None) -> dict[str, jax.Array]:
+  """``tau`` of ``ft``, a fine-tune of ``pre`` carrying its unmerged LoRA adapter: path -> (in,
+  out). Raises ValueError when ``ft`` has another architecture than ``pre`` (parameter names or
+  shapes), carries no adapter or was fine-tuned from other weights (base fingerprint)."""
+  if not isinstance(ft, DualEncoder):
+    raise TypeError(f"expected DualEncoder fine-tunes, got {type(ft).__name__}")
+  if ft.family.name != pre.family.name:
+    raise ValueError(f"cannot add a task vector of {ft.name!r} (family {ft.family.name}) to "
+                     f"{pre.name!r} (family {pre.family.name}): different architectures")
+  shapes = rebasin.param_shapes(ft)
+  pre_shapes = rebasin.param_shapes(pre) if pre_shapes is None else pre_shapes
+  if shapes != pre_shapes:
+    diff = sorted(set(shapes.items()) ^ set(pre_shapes.items()))[:4]
+    raise ValueError(f"cannot add a task vector of {ft.name!r} to {pre.name!r}: different "
+                     f"architectures (parameters differ: {diff})")
+  if not lora.adapted(ft.module):
+    raise ValueError(f"fine-tune {ft.name!r} carries no unmerged LoRA adapter; keep the "
+                     "adapter (finetune_source(..., merge=False)) to take its task vector")
+  fp = train.base_fingerprint(ft)
+  pre_fp = pre.fingerprint() if pre_fp is None else pre_fp
+  if fp != pre_fp:
+    raise ValueError(f"{ft.name!r} was fine-tuned from other weights than {pre.name!r} "
+                     f"(base fingerprint {fp[:16]} vs {pre_fp[:16]}); {what} "
+                     "is defined only between fine-tunes of the same model")
+  return lora.task_vector(ft.module)
 
 
 def weight_space_arithmetic(pre: DualEncoder, finetuned: Sequence[Any],
@@ -64,32 +89,104 @@ def weight_space_arithmetic(pre: DualEncoder, finetuned: Sequence[Any],
   pairs = [f if isinstance(f, tuple) else (f, lam) for f in finetuned]
   if not pairs:
     raise ValueError("weight_space_arithmetic needs at least one fine-tuned model")
-  pre_shapes = _param_shapes(pre)
+  pre_shapes = rebasin.param_shapes(pre)
   pre_fp = pre.fingerprint()
   deltas: dict[str, jax.Array] = {}
   for ft, coef in pairs:
-    if not isinstance(ft, DualEncoder):
-      raise TypeError(f"expected DualEncoder fine-tunes, got {type(ft).__name__}")
-    if ft.family.name != pre.family.name:
-      raise ValueError(f"cannot add a task vector of {ft.name!r} (family {ft.family.name}) to "
-                       f"{pre.name!r} (family {pre.family.name}): different architectures")
-    shapes = _param_shapes(ft)
-    if shapes != pre_shapes:
-      diff = sorted(set(shapes.items()) ^ set(pre_shapes.items()))[:4]
-      raise ValueError(f"cannot add a task vector of {ft.name!r} to {pre.name!r}: different "
-                       f"architectures (parameters differ: {diff})")
-    if not lora.adapted(ft.module):
-      raise ValueError(f"fine-tune {ft.name!r} carries no unmerged LoRA adapter; keep the "
-                       "adapter (finetune_source(..., merge=False)) to take its task vector")
-    fp = train.base_fingerprint(ft)
-    if fp != pre_fp:
-      raise ValueError(f"{ft.name!r} was fine-tuned from other weights than {pre.name!r} "
-                       f"(base fingerprint {fp[:16]} vs {pre_fp[:16]}); weight-space arithmetic "
-                       "is defined only between fine-tunes of the same model")
-    for p, d in lora.task_vector(ft.module).items():
+    tau = _task_vector(pre, ft, "weight-space arithmetic", pre_shapes, pre_fp)
+    for p, d in tau.items():
       deltas[p] = deltas[p] + coef * d if p in deltas else coef * d
   out = pre.clone()
   lora.add_delta(out.module, deltas)
+  return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Parameter-space transport between different models of one architecture: GradFix, Theseus.
+
+TRANSPORTS = ("gradfix", "theseus")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TransportTerm:
+  """One signed task vector to move from the source model to the target.
+
+  finetuned: a fine-tune of the source carrying its unmerged LoRA adapter; coef: its weight
+  (``lam``; negative for negation). images (n, 3, H, W) preprocessed for the target (or
+  ``NaflexInputs``), labels (n,) in [0, C), G (C, d) the target's class embeddings of the
+  term's task: the few labeled target examples (the paper's budget: one per class, e.g.
+  ``data.registry.balanced_subset(labels, 1, seed)``). GradFix reads all three; Theseus only the
+  images (its calibration set is every term's images). source_images: the same images
+  preprocessed for the source (default ``images``; same-architecture families usually share
+  preprocessing).
+  """
+  finetuned: Any
+  coef: float
+  images: Any
+  labels: Any
+  G: Any
+  source_images: Any = None
+
+
+def same_architecture_transfer(source: DualEncoder, target: DualEncoder,
+                               terms: Sequence[TransportTerm], *,
+                               methods: Sequence[str] = TRANSPORTS, vote: str = "mean",
+                               center: bool = False, batch: int = 64) -> dict[str, DualEncoder]:
+  """GradFix- and Theseus-edited copies of ``target``: method -> plain (merged) model.
+
+  ``source`` and ``target`` are different pre-trained models of one architecture (neither
+  carries an adapter); each term's task vector ``tau_k`` is its fine-tune's merged LoRA delta
+  relative to ``source``. GradFix: ``target + sum_k coef_k * mask_k(tau_k)``, the mask from the
+  target's gradient on the term's own labeled examples (``vote``: "mean" or "majority", see
+  ``core.gradfix``). Theseus: ``target + sum_k coef_k * T(tau_k)`` with one set of Procrustes
+  maps from every term's images (``center``: centre activations; ``core.rebasin``). The
+  results are scored like ``weight_space_arithmetic``'s (same coefficients: 0.5 on each of two
+  added tasks, -1 for negation). ``target`` and the fine-tunes are not changed.
+  Raises ValueError for an unknown method, no terms, different architectures, a fine-tune of
+  another model than ``source``, or bad examples.
+
+  Example::
+
+      out = same_architecture_transfer(clip_a, clip_a2, [TransportTerm(ft_a, 0.5, X, y, G)])
+      out["gradfix"], out["theseus"]
+  """
+  methods = tuple(methods)
+  bad = [m for m in methods if m not in TRANSPORTS]
+  if bad or not methods:
+    raise ValueError(f"unknown transport methods {bad or methods}; choose from {TRANSPORTS}")
+  gradfix_lib.check_vote(vote)
+  terms = list(terms)
+  if not terms or not all(isinstance(t, TransportTerm) for t in terms):
+    raise TypeError("terms must be a non-empty sequence of TransportTerm")
+  train.check_no_adapter(source, "same_architecture_transfer (source)")
+  train.check_no_adapter(target, "same_architecture_transfer (target)")
+  rebasin.check_same_architecture(source, target, "same_architecture_transfer")
+  for t in terms:
+    if not np.isfinite(t.coef):
+      raise ValueError(f"term coefficient must be finite, got {t.coef}")
+  src_shapes, src_fp = rebasin.param_shapes(source), source.fingerprint()
+  taus = [_task_vector(source, t.finetuned, "same-architecture transport", src_shapes, src_fp)
+          for t in terms]
+  out = {}
+  if "gradfix" in methods:
+    model = target.clone()
+    for t, tau in zip(terms, taus):
+      masked = gradfix_lib.gradfix(target, tau, t.images, t.labels, t.G, vote=vote, batch=batch)
+      lora.add_delta(model.module, masked, t.coef)
+    out["gradfix"] = model
+  if "theseus" in methods:
+    paths = tuple(sorted({p for tau in taus for p in tau}))
+    images = train.concat_images([train.check_images(target, t.images, "Theseus images")
+                                  for t in terms])
+    src_images = train.concat_images([train.check_images(
+        source, t.images if t.source_images is None else t.source_images,
+        "Theseus images (source)") for t in terms])
+    maps = rebasin.theseus_maps(source, target, paths, images, source_images=src_images,
+                                batch=batch, center=center)
+    model = target.clone()
+    for t, tau in zip(terms, taus):
+      lora.add_delta(model.module, rebasin.theseus(source, target, tau, None, maps=maps), t.coef)
+    out["theseus"] = model
   return out
 
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from platonic_jax.models.layers import (Dense, Embed, LayerNorm, activation, attention,
-                                        fused_dense)
+                                        fused_dense, tapping)
 
 NEG_INF = -1e9
 
@@ -194,7 +194,7 @@ class CLIPVisionTransformer(nnx.Module):
   def __call__(self, pixels):
     """pixels (B, C, H, W) -> pooled (B, D) (post-LN class token)."""
     x = self.pre_layrnorm(self.embeddings(pixels))
-    x = self.encoder(x, first_token_only=True)
+    x = self.encoder(x, first_token_only=not tapping())  # every token under a calibration tap
     return self.post_layernorm(x[:, 0])
 
 

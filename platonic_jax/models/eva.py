@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from platonic_jax.models.layers import Dense, Embed, LayerNorm, activation, attention
+from platonic_jax.models.layers import Dense, Embed, LayerNorm, activation, attention, tapping
 
 NEG_INF = -1e9
 
@@ -511,7 +511,7 @@ class EvaTrunk(nnx.Module):
     """pixels (B, C, H, W) -> (B, D): the final-normed class token, the head's input."""
     x = self.embed(pixels)
     rope = self.rope()
-    last = len(self.blocks) - 1
+    last = len(self.blocks) - 1 if not tapping() else -1  # every token under a calibration tap
     for i, block in enumerate(self.blocks):
       x = block(x, rope, first_token_only=i == last)
     return self.norm(x[:, 0])

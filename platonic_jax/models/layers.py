@@ -54,6 +54,32 @@ def activation(name: str) -> Callable[[jax.Array], jax.Array]:
         f"unsupported hidden_act {name!r}; supported: {sorted(ACTIVATIONS)}") from None
 
 
+_DENSE_TAPS: list[Callable[["Dense", jax.Array], None]] = []
+
+
+@contextlib.contextmanager
+def tap_dense_inputs(tap: Callable[["Dense", jax.Array], None]):
+  """Within the block, every ``Dense`` layer that is called (alone or in ``fused_dense``) first
+  calls ``tap(layer, x)`` with its input ``x (..., in)``; the innermost block's tap wins.
+
+  Read when a function runs or is traced (inside ``jax.jit`` ``x`` is a tracer, which the traced
+  function may return). Nothing is computed differently: a forward pass without a tap, or with
+  one, gives the same outputs. Used to collect calibration activations (Theseus transport).
+  """
+  _DENSE_TAPS.append(tap)
+  try:
+    yield
+  finally:
+    _DENSE_TAPS.pop()
+
+
+def tapping() -> bool:
+  """Whether a ``tap_dense_inputs`` block is active: class-token towers then compute every token
+  of their last block (the same class-token output), so the taps see the token rows a reference
+  tower computes there."""
+  return bool(_DENSE_TAPS)
+
+
 def _normal(rngs: nnx.Rngs, shape, std: float):
   return std * jax.random.normal(rngs.params(), shape, jnp.float32)
 
@@ -80,6 +106,8 @@ class Dense(nnx.Module):
 
   def __call__(self, x: jax.Array) -> jax.Array:
     """x (..., in) -> (..., out) in x's dtype."""
+    if _DENSE_TAPS:
+      _DENSE_TAPS[-1](self, x)
     dtype = x.dtype
     y = x @ self.kernel[...].astype(dtype)
     if self.bias is not None:
@@ -103,6 +131,9 @@ def fused_dense(layers, x: jax.Array) -> tuple[jax.Array, ...]:
   """
   dtype = x.dtype
   layers = tuple(layers)
+  if _DENSE_TAPS:
+    for m in layers:
+      _DENSE_TAPS[-1](m, x)
   kernel = jnp.concatenate([m.kernel[...] for m in layers], axis=1).astype(dtype)
   outs = jax.lax.split(x @ kernel, [m.out_features for m in layers], axis=-1)
   adapted = [m for m in layers if m.lora_a is not None]

@@ -535,3 +535,32 @@ def test_linear_probe_features_on_clip_and_siglip_families(micro):
     acc = zeroshot.linear_probe_accuracy(h[:150], task.train[1][:150], h[150:],
                                          task.train[1][150:200], task.num_classes, steps=100)
     assert acc > 1 / task.num_classes, (name, acc)
+
+
+def test_same_architecture_variants_add_a_differently_pretrained_twin_only():
+  from experiments.configs import main as main_config
+  as_json = lambda c: json.loads(json.dumps(c.to_dict()))
+  for base, variant in (("", "samearch"), ("micro", "micro-samearch")):
+    plain, twin = as_json(toy_world.get_config(base)), as_json(toy_world.get_config(variant))
+    assert (twin.pop("variant"), plain.pop("variant")) == (variant, base or "default")
+    assert twin["families"].pop("clip-a2") == twin["families"]["clip-a"]
+    assert twin == plain  # the base world, and so its cache keys and main job, unchanged
+  assert main_config.get_config("micro-samearch").source.steps == 60  # micro settings
+  config = toy_world.get_config("micro-samearch").to_dict()
+  assert world_lib.same_architecture_pairs(config) == (("clip-a", "clip-a2"),
+                                                       ("clip-a2", "clip-a"))
+  assert world_lib.same_architecture_pairs(config, ("clip-a", "siglip-b")) == ()
+  assert world_lib.same_architecture_pairs(toy_world.get_config().to_dict()) == ()
+  assert world_lib.hf_config(config, "clip-a2") == world_lib.hf_config(config, "clip-a")
+  assert world_lib.family_key(config, "clip-a") == world_lib.family_key(
+      toy_world.get_config("micro").to_dict(), "clip-a")  # the cached clip-a is reused
+  assert world_lib.family_key(config, "clip-a2") != world_lib.family_key(config, "clip-a")
+  with pytest.raises(ValueError, match=r"unknown families \['clip-z'\]"):
+    world_lib.same_architecture_pairs(config, ("clip-a", "clip-z"))
+  # pretrained differently: its own initialisation seed and its own caption stream over the pool
+  assert len({str(tasks_lib.stream(config["seed"], kind, f)) for f in ("clip-a", "clip-a2")
+              for kind in (tasks_lib.INIT, tasks_lib.CAPTIONS)}) == 4
+  pool = (_attrs(64), np.zeros((64, 3, 32, 32), np.uint8))
+  first = [next(world_lib.pretrain_batches(config, f, *pool)) for f in ("clip-a", "clip-a2")]
+  assert first[0]["input_ids"].shape == first[1]["input_ids"].shape
+  assert not np.array_equal(first[0]["input_ids"], first[1]["input_ids"])

@@ -142,6 +142,18 @@ def check_families(config: Mapping, names) -> None:
     raise ValueError(f"repeated families {repeated}")
 
 
+def same_architecture_pairs(config: Mapping, families=None) -> tuple[tuple[str, str], ...]:
+  """Ordered (source, target) pairs of distinct families (of ``families``, default all, in name
+  order) whose models share one architecture (equal ``hf_config``): the cells where
+  parameter-space transport (GradFix, Theseus) is defined. Different names give different
+  initialisations and caption streams, so such families are different models."""
+  config = _plain(config)
+  names = tuple(families) if families is not None else tuple(sorted(config["families"]))
+  check_families(config, names)
+  arch = {n: json.dumps(hf_config(config, n), sort_keys=True) for n in names}
+  return tuple((s, t) for s in names for t in names if s != t and arch[s] == arch[t])
+
+
 def family_key(config: Mapping, family: str) -> str:
   """sha256 of everything that determines the family's pretrained weights (the same for a
   ConfigDict and its plain-dict form); ValueError for an unknown family."""

@@ -259,6 +259,12 @@ def test_family_exports_and_loads_in_transformers(family, tmp_path):
     want_t = ref.get_text_features(**text).pooler_output.numpy()
   got_a = pj.embed_audio(model, waves, synth.SAMPLING_RATE)
   np.testing.assert_allclose(got_a, want_a, atol=1e-4, rtol=0)
+  # the world's task inputs (features extracted once) embed the same
+  from platonic_jax import embed as embed_lib
+  feats = world_lib.features(config)(waves)
+  np.testing.assert_array_equal(embed_lib.embed_audio_features(model, feats), got_a)
+  with pytest.raises(ValueError, match="mel bins, the model expects"):
+    embed_lib.embed_audio_features(model, feats[..., :16])
   ids, _ = model.tokenize(prompts)
   np.testing.assert_array_equal(ids, text["input_ids"].numpy())
   np.testing.assert_allclose(pj.embed_texts(model, prompts), want_t, atol=1e-4, rtol=0)

@@ -265,6 +265,15 @@ def test_family_exports_and_loads_in_transformers(family, tmp_path):
   np.testing.assert_array_equal(embed_lib.embed_audio_features(model, feats), got_a)
   with pytest.raises(ValueError, match="mel bins, the model expects"):
     embed_lib.embed_audio_features(model, feats[..., :16])
+  # the trainers (sources, adapter, baselines) embed the same features through encode_audio
+  from platonic_jax.core import train
+  np.testing.assert_allclose(train.embeddings(model, feats),
+                             embed_lib.embed_audio_features(model, feats, normalize=False),
+                             atol=1e-5, rtol=0)
+  with pytest.raises(ValueError, match="probes: input_features have 16 mel bins"):
+    train.check_images(model, feats[..., :16], "probes")
+  with pytest.raises(ValueError, match=r"audio features \(n, 1, T, 32\)"):
+    train.check_images(model, feats[0], "probes")
   ids, _ = model.tokenize(prompts)
   np.testing.assert_array_equal(ids, text["input_ids"].numpy())
   np.testing.assert_allclose(pj.embed_texts(model, prompts), want_t, atol=1e-4, rtol=0)

@@ -310,20 +310,51 @@ def embed_audio(model: DualEncoder, waveforms, sampling_rate: int, *, batch_size
   """
   from platonic_jax.convert.clap import extractor_for
   from platonic_jax.models import audio_features
-  if getattr(model.module, "input_kind", "image") != "audio":
-    raise ValueError(f"model {model.name!r} ({model.family.name}) has no audio tower; "
-                     "embed_audio takes CLAP models")
+  _check_audio_model(model, "embed_audio")
   extractor = feature_extractor or extractor_for(model)
   audio_features.check_compatible(extractor, model.module.spec.audio)
   feats = extractor(waveforms, sampling_rate, rng=np.random.RandomState(seed))
+  return embed_audio_features(model, feats.input_features, feats.is_longer,
+                              batch_size=batch_size, mesh=mesh, normalize=normalize,
+                              progress=progress)
+
+
+def _check_audio_model(model: DualEncoder, what: str) -> None:
+  if getattr(model.module, "input_kind", "image") != "audio":
+    raise ValueError(f"model {model.name!r} ({model.family.name}) has no audio tower; "
+                     f"{what} takes CLAP models")
+
+
+def embed_audio_features(model: DualEncoder, input_features, is_longer=None, *,
+                         batch_size: int = 64, mesh=None, normalize: bool = True,
+                         progress: bool | None = None) -> np.ndarray:
+  """Audio embeddings ``(n, d)`` float32 of features already extracted (``embed_audio`` without
+  the feature extractor): ``input_features`` (n, C, T, F) float32, e.g. the audio world's task
+  inputs; ``is_longer`` (n,) bool (default all False; a fused model needs it). Batching as
+  ``embed_audio``. ValueError for a non-audio model, inputs the tower cannot take, or NaN /
+  infinite features."""
+  _check_audio_model(model, "embed_audio_features")
+  x = np.asarray(input_features)
+  if x.ndim != 4 or x.shape[0] == 0 or not np.issubdtype(x.dtype, np.floating):
+    raise ValueError(f"input_features must be a non-empty float array (n, C, T, F), got "
+                     f"{x.dtype} of shape {x.shape}")
+  n = x.shape[0]
+  if is_longer is None:
+    if model.module.spec.audio.enable_fusion:
+      raise ValueError("a fused CLAP model needs is_longer (n,) with input_features")
+    is_longer = np.zeros((n,), bool)
+  is_longer = np.asarray(is_longer, bool).reshape(-1)
+  if is_longer.shape != (n,):
+    raise ValueError(f"is_longer must have one entry per example ({n}), got {is_longer.shape}")
+  model.module.audio_model.audio_encoder.check_inputs(x, is_longer)
+  check_finite(x, "input_features")
   mesh = mesh or mesh_lib.data_mesh()
   batch = _batch_size(batch_size, mesh)
   graphdef, state = nnx.split(model.module)
   state = _cast_state(state, model.dtype)
   fn = _compiled(graphdef, "audio", mesh, jnp.dtype(model.dtype).name, normalize)
-  n = feats.input_features.shape[0]
   progress = n > 20 * batch if progress is None else progress
-  return _run_batches(fn, state, [feats.input_features, feats.is_longer], n, batch, mesh,
+  return _run_batches(fn, state, [x.astype(np.float32, copy=False), is_longer], n, batch, mesh,
                       progress, "audio")
 
 

@@ -81,21 +81,18 @@ def nnx_to_hf_buffers(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray
 def export_hf(model, out_dir: str, *, overwrite: bool = False) -> str:
   """``pj.export_hf`` for CLAP (the registry's ``export_writer``): Hugging Face layout as for the
   other families (``config.json`` naming ``ClapModel``, ``model.safetensors``, tokenizer files),
-  plus the source checkpoint's ``ClapFeatureExtractor`` ``preprocessor_config.json`` copied as
-  is, and never an image-processor config (``load_model`` parses CLAP's feature-extractor
+  plus the ``ClapFeatureExtractor`` ``preprocessor_config.json`` copied as is (the one
+  ``model.files`` names, else the source checkpoint's), and never an image-processor config (``load_model`` parses CLAP's feature-extractor
   config as an image preprocessor, whose ``to_dict`` would replace it). Refuses a foreign
   non-empty ``out_dir`` unless ``overwrite``; atomic, as ``checkpoint.write_checkpoint``."""
   from platonic_jax.convert import hf
   tensors = hf.hf_tensors(model)
   config = dict(model.config)
   config["architectures"] = [model.family.hf_architecture]
-  try:
-    source = checkpoint.resolve(model.name)
-  except checkpoint.CheckpointError:
-    source = None
+  path = _extractor_file(model)
   extractor = None
-  if source is not None and audio_features.AudioFeatureExtractor.from_dir(source) is not None:
-    with open(os.path.join(source, audio_features.PREPROCESSOR_CONFIG), "rb") as f:
+  if path is not None:
+    with open(path, "rb") as f:
       extractor = f.read()
 
   def extra(tmp):
@@ -108,9 +105,33 @@ def export_hf(model, out_dir: str, *, overwrite: bool = False) -> str:
   return checkpoint.write_checkpoint(out_dir, config, tensors, extra, overwrite=overwrite)
 
 
+def _extractor_file(model) -> str | None:
+  """The model's ``preprocessor_config.json`` holding a ``ClapFeatureExtractor`` config: the one
+  ``model.files`` names (a model built here, such as the audio world's families), else the one
+  in its checkpoint directory (``model.name``); None where there is none."""
+  name = audio_features.PREPROCESSOR_CONFIG
+  listed = (getattr(model, "files", None) or {}).get(name)
+  if listed is not None:
+    if audio_features.AudioFeatureExtractor.from_dir(os.path.dirname(listed)) is None or \
+        os.path.basename(listed) != name:
+      raise ValueError(f"model {model.name!r}: files[{name!r}] = {listed!r} is missing or not "
+                       "a ClapFeatureExtractor config")
+    return listed
+  try:
+    source = checkpoint.resolve(model.name)
+  except checkpoint.CheckpointError:
+    return None
+  return os.path.join(source, name) if audio_features.AudioFeatureExtractor.from_dir(source) \
+      is not None else None
+
+
 def extractor_for(model) -> audio_features.AudioFeatureExtractor:
-  """The CLAP feature extractor of a loaded ``DualEncoder``: the ``preprocessor_config.json`` of
-  its checkpoint directory (``model.name``). Raises ValueError where there is none."""
+  """The CLAP feature extractor of a loaded ``DualEncoder``: the ``preprocessor_config.json``
+  that ``model.files`` names, else the one of its checkpoint directory (``model.name``). Raises
+  ValueError where there is none."""
+  path = _extractor_file(model)
+  if path is not None:
+    return audio_features.AudioFeatureExtractor.from_dir(os.path.dirname(path))
   try:
     directory = checkpoint.resolve(model.name)
   except checkpoint.CheckpointError as e:

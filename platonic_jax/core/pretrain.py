@@ -1,4 +1,5 @@
-"""Contrastive image-text pretraining of a dual encoder from scratch (the toy world's trainer).
+"""Contrastive image-text and audio-text pretraining of a dual encoder from scratch (the toy
+worlds' trainer).
 
 One trainer reads top to bottom: split the NNX module into (graphdef, params, rest), build an
 optax AdamW with linear warm-up and cosine decay, and run one jitted step that donates the
@@ -6,9 +7,12 @@ parameter and optimiser buffers. The loss is pluggable: ``clip_loss`` (CLIP's sy
 InfoNCE over the batch with a learnable log temperature) or ``siglip_loss`` (SigLIP's pairwise
 sigmoid loss, which also needs a learnable ``logit_bias``).
 
-A module is any NNX dual encoder with ``encode_image(pixels (B,3,H,W)) -> (B,d)``,
-``encode_text(ids (B,T), mask (B,T)) -> (B,d)``, a ``logit_scale`` parameter holding the *log*
-scale (as in Hugging Face) and ``logit_bias`` (a parameter or None).
+A module is any NNX dual encoder with ``encode_image(pixels (B,3,H,W)) -> (B,d)`` (for batches
+carrying "pixels") or ``encode_audio(input_features (B,C,T,F), is_longer) -> (B,d)`` (batches
+carrying "input_features"), ``encode_text(ids (B,T), mask (B,T)) -> (B,d)``, a ``logit_scale``
+parameter holding the *log* scale (as in Hugging Face), ``logit_bias`` (a parameter or None) and
+optionally ``logit_scale_t``: CLAP's own log scale of the text->audio logits, which the CLIP
+loss then uses for that direction (every ``logit_scale*`` parameter is clipped alike).
 """
 
 from __future__ import annotations
@@ -58,31 +62,35 @@ class PretrainConfig:
 
 
 def clip_loss(img: jax.Array, txt: jax.Array, logit_scale: jax.Array,
-              logit_bias: jax.Array | None = None,
-              positives: jax.Array | None = None) -> jax.Array:
+              logit_bias: jax.Array | None = None, positives: jax.Array | None = None,
+              text_logit_scale: jax.Array | None = None) -> jax.Array:
   """CLIP's symmetric InfoNCE. img (B,d), txt (B,d) unnormalised; logit_scale is the log scale.
 
   logits = exp(logit_scale) * normalise(img) @ normalise(txt).T (B,B); the loss is the mean of
   the image->text and text->image cross-entropies. Targets: the diagonal, or with
   ``positives`` (B,B) bool (diagonal included) the uniform distribution over each row's
   positives -- pairs whose captions are identical are then not pushed apart (UniCL's
-  multi-positive form; identical to CLIP's when positives is the identity). Scalar.
+  multi-positive form; identical to CLIP's when positives is the identity).
+  ``text_logit_scale``: the log scale of the text->image direction (CLAP's ``logit_scale_t``);
+  default ``logit_scale``. Scalar.
   """
   del logit_bias
   logits = _logits(img, txt, logit_scale)
+  logits_t = logits.T if text_logit_scale is None else _logits(txt, img, text_logit_scale)
   if positives is None:
     labels = jnp.arange(logits.shape[0])
     li = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-    lt = optax.softmax_cross_entropy_with_integer_labels(logits.T, labels)
+    lt = optax.softmax_cross_entropy_with_integer_labels(logits_t, labels)
     return 0.5 * (li.mean() + lt.mean())
   pos = positives.astype(jnp.float32)
   li = optax.softmax_cross_entropy(logits, pos / pos.sum(1, keepdims=True))
-  lt = optax.softmax_cross_entropy(logits.T, pos.T / pos.T.sum(1, keepdims=True))
+  lt = optax.softmax_cross_entropy(logits_t, pos.T / pos.T.sum(1, keepdims=True))
   return 0.5 * (li.mean() + lt.mean())
 
 
 def siglip_loss(img: jax.Array, txt: jax.Array, logit_scale: jax.Array,
-                logit_bias: jax.Array | None, positives: jax.Array | None = None) -> jax.Array:
+                logit_bias: jax.Array | None, positives: jax.Array | None = None,
+                text_logit_scale: jax.Array | None = None) -> jax.Array:
   """SigLIP's pairwise sigmoid loss. img (B,d), txt (B,d); scalar.
 
   z = exp(logit_scale) * cos + logit_bias (B,B); labels +1 on the diagonal (or where
@@ -90,6 +98,9 @@ def siglip_loss(img: jax.Array, txt: jax.Array, logit_scale: jax.Array,
   """
   if logit_bias is None:
     raise ValueError("the sigmoid loss needs a model with a logit_bias parameter")
+  if text_logit_scale is not None:
+    raise ValueError("the sigmoid loss has one scale; a model with a separate text logit scale "
+                     "(CLAP) trains with the 'clip' loss")
   z = _logits(img, txt, logit_scale) + logit_bias.astype(jnp.float32)
   pos = jnp.eye(z.shape[0], dtype=bool) if positives is None else positives
   sign = 2.0 * pos.astype(z.dtype) - 1.0
@@ -129,8 +140,9 @@ def make_optimizer(cfg: PretrainConfig) -> optax.GradientTransformation:
 def make_train_step(graphdef, rest, tx: optax.GradientTransformation, cfg: PretrainConfig):
   """The jitted step ``(params, opt_state, batch) -> (params, opt_state, metrics)``.
 
-  batch: {"pixels" (B,3,H,W) float32, "input_ids" (B,T) int32, "attention_mask" (B,T) int32}.
-  params and opt_state are donated. metrics: {"loss", "logit_scale"} scalars.
+  batch: {"pixels" (B,3,H,W) float32 (or "input_features" (B,C,T,F) float32 and optionally
+  "is_longer" (B,) bool for an audio tower), "input_ids" (B,T) int32, "attention_mask" (B,T)
+  int32}. params and opt_state are donated. metrics: {"loss", "logit_scale"} scalars.
   """
   if cfg.loss not in LOSSES:
     raise ValueError(f"unknown loss {cfg.loss!r}; known: {sorted(LOSSES)}")
@@ -138,32 +150,41 @@ def make_train_step(graphdef, rest, tx: optax.GradientTransformation, cfg: Pretr
 
   def objective(params, batch):
     model = nnx.merge(graphdef, params, rest)
-    img = model.encode_image(batch["pixels"])
+    if "input_features" in batch:
+      img = model.encode_audio(batch["input_features"], batch.get("is_longer"))
+    else:
+      img = model.encode_image(batch["pixels"])
     txt = model.encode_text(batch["input_ids"], batch["attention_mask"])
     bias = None if model.logit_bias is None else model.logit_bias[...]
     positives = duplicate_positives(batch["input_ids"]) if cfg.duplicates_positive else None
-    return loss_fn(img, txt, model.logit_scale[...], bias, positives)
+    scale_t = getattr(model, "logit_scale_t", None)
+    return loss_fn(img, txt, model.logit_scale[...], bias, positives,
+                   None if scale_t is None else scale_t[...])
 
   def step(params, opt_state, batch):
     loss, grads = jax.value_and_grad(objective)(params, batch)
     updates, opt_state = tx.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
-    params["logit_scale"] = jnp.clip(params["logit_scale"], 0.0, cfg.max_logit_scale)
-    return params, opt_state, {"loss": loss, "logit_scale": params["logit_scale"]}
+    for k in [k for k in params if k.startswith("logit_scale")]:
+      params[k] = jnp.clip(params[k], 0.0, cfg.max_logit_scale)
+    scale = params["logit_scale"] if "logit_scale" in params else params["logit_scale_a"]
+    return params, opt_state, {"loss": loss, "logit_scale": scale}
 
   return jax.jit(step, donate_argnums=(0, 1))
 
 
 def pretrain(module: nnx.Module, batches: Iterable[Mapping[str, np.ndarray]],
              cfg: PretrainConfig, *, log: Callable[[str], None] | None = None,
-             name: str = "model") -> tuple[nnx.Module, dict]:
+             name: str = "model", trainable=nnx.Param) -> tuple[nnx.Module, dict]:
   """Trains ``module`` for ``cfg.steps`` steps on ``batches``; returns (new module, history).
 
-  The input module is not modified. ``batches`` yields at least ``cfg.steps`` dicts of host
+  The input module is not modified. ``trainable``: an NNX filter of the state the optimiser
+  updates (default every ``nnx.Param``; the audio world freezes CLAP's batch-norm statistics).
+  ``batches`` yields at least ``cfg.steps`` dicts of host
   arrays with fixed shapes (one compilation). history: {"loss": [(step, loss)], "seconds",
   "compile_seconds", "cpu_seconds" (process CPU time, all threads), "steps"}.
   """
-  graphdef, param_state, rest = nnx.split(nnx.clone(module), nnx.Param, ...)
+  graphdef, param_state, rest = nnx.split(nnx.clone(module), trainable, ...)
   # The clone shares the input's arrays and the step donates its parameters: copy them, so the
   # input module keeps its own.
   params = jax.tree.map(jnp.copy, nnx.to_pure_dict(param_state))

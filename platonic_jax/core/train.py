@@ -63,6 +63,8 @@ def encode_images(module: nnx.Module, images) -> jax.Array:
   if isinstance(images, NaflexInputs):
     pv = images.pixel_values if dtype is None else images.pixel_values.astype(dtype)
     z = module.encode_image(pv, images.pixel_attention_mask, images.spatial_shapes)
+  elif getattr(module, "input_kind", "image") == "audio":  # CLAP: input_features (b, 1, T, F)
+    z = module.encode_audio(images if dtype is None else images.astype(dtype))
   else:
     z = module.encode_image(images if dtype is None else images.astype(dtype))
   return z.astype(jnp.float32)
@@ -344,9 +346,14 @@ def _takes_naflex(model: DualEncoder) -> bool:
 
 def check_images(model: DualEncoder, images, what: str = "images"):
   """Validates image inputs for ``model``: a preprocessed array ``(n, 3, H, W)`` (returned as
-  float32), or for a SigLIP2 NaFlex model ``NaflexInputs`` (see ``check_naflex``)."""
+  float32), or for a SigLIP2 NaFlex model ``NaflexInputs`` (see ``check_naflex``). For an
+  unfused CLAP model (``input_kind`` "audio") the inputs are its audio tower's features
+  ``(n, 1, T, F)`` (the audio world's task inputs); a fused one is refused (its tower also
+  needs ``is_longer``, which the trainers do not carry)."""
   if isinstance(images, NaflexInputs):
     return check_naflex(model, images, what)
+  if getattr(model.module, "input_kind", "image") == "audio":
+    return _check_audio_features(model, images, what)
   images = np.asarray(images)
   want = model.image_shape
   if images.ndim != 4 or images.shape[1:] != want or images.shape[0] == 0:
@@ -356,6 +363,26 @@ def check_images(model: DualEncoder, images, what: str = "images"):
   if not np.issubdtype(images.dtype, np.floating):
     raise ValueError(f"{what} must be floating point (preprocessed), got {images.dtype}")
   return images.astype(np.float32, copy=False)
+
+
+def _check_audio_features(model: DualEncoder, x, what: str) -> np.ndarray:
+  """input_features (n, 1, T, F) of an unfused CLAP model -> float32; ValueError naming
+  ``what`` and the problem."""
+  audio = model.module.spec.audio
+  if audio.enable_fusion:
+    raise ValueError(f"model {model.name!r} is a fused CLAP model: its audio tower needs "
+                     "is_longer beside the features, which the trainers do not carry; use an "
+                     "unfused CLAP model")
+  x = np.asarray(x)
+  if x.ndim != 4 or x.shape[0] == 0 or not np.issubdtype(x.dtype, np.floating):
+    raise ValueError(f"{what} must be a non-empty float array of audio features (n, 1, T, "
+                     f"{audio.num_mel_bins}) for model {model.name!r}, got {x.dtype} of shape "
+                     f"{x.shape}")
+  try:
+    model.module.audio_model.audio_encoder.check_inputs(x, None)
+  except ValueError as e:
+    raise ValueError(f"{what}: {e}") from None
+  return x.astype(np.float32, copy=False)
 
 
 def check_naflex(model: DualEncoder, images: NaflexInputs, what: str = "images") -> NaflexInputs:

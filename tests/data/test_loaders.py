@@ -469,3 +469,54 @@ def test_audio_npz_and_parquet_with_a_clap_extractor(tmp_path):
   s = loaders.load_split("urbansound8k", str(tmp_path / "pq"), "train")
   np.testing.assert_array_equal(s.labels, [9, 8, 7, 6])
   np.testing.assert_allclose(s.read(1)[0], waves[1], atol=1e-4)
+
+
+def test_audio_hub_parquet_layouts_resample_to_the_extractors_rate(tmp_path):
+  """The hub's parquet layouts of the audio tasks (root/data/<split>-*.parquet, an "audio"
+  column of {"bytes": wav} structs): ESC-50's integer "target" in the release's class order
+  (ashraq/esc50; its "category" strings beside it), GTZAN's "genre" ClassLabel naming
+  "hiphop" (marsyas/gtzan); 44.1 / 22.05 kHz clips resampled to a CLAP extractor's rate."""
+  from platonic_jax.models.audio_features import AudioFeatureExtractor
+  rate = 44100
+  t = np.arange(4410) / rate
+  waves = [(0.3 * np.sin(2 * np.pi * f * t)).astype(np.float32) for f in (220, 440, 880)]
+  esc = tmp_path / "esc50" / "data"
+  os.makedirs(esc)
+  targets = [0, 41, 49]  # dog, chainsaw, hand saw in ESC-50's numbering
+  table = pa.table({
+      "filename": pa.array([f"1-{i}-A-{c}.wav" for i, c in enumerate(targets)]),
+      "fold": pa.array([1, 1, 2]), "target": pa.array(targets),
+      "category": pa.array(["dog", "chainsaw", "hand_saw"]),
+      "audio": pa.array([{"bytes": _wav_bytes(w, rate), "path": None} for w in waves],
+                        IMAGE_STRUCT)})
+  pq.write_table(table, esc / "train-00000-of-00001.parquet", row_group_size=2)
+  s = loaders.load_split("esc50", str(tmp_path / "esc50"), "train")
+  assert s.format == "parquet" and s.modality == "audio"
+  np.testing.assert_array_equal(s.labels, targets)
+  assert [s.classnames[c] for c in s.labels] == ["dog", "chainsaw", "hand saw"]
+  extractor = AudioFeatureExtractor(feature_size=32, sampling_rate=8000, hop_length=256,
+                                    max_length_s=1, fft_window_size=512, frequency_min=40,
+                                    frequency_max=4000, truncation="rand_trunc")
+  waves8k = loaders.load_arrays(s, None, sampling_rate=extractor.sampling_rate).inputs
+  assert [w.shape for w in waves8k] == [(800,)] * 3
+  spectrum = np.abs(np.fft.rfft(waves8k[1]))
+  assert abs(np.argmax(spectrum) * 8000 / 800 - 440) <= 10  # the tone survives resampling
+  feats = loaders.load_arrays(s, extractor, batch_size=2).inputs
+  assert feats.input_features.shape == (3, 1, 32, 32)
+  genres = ["blues", "classical", "country", "disco", "hiphop", "jazz", "metal", "pop",
+            "reggae", "rock"]
+  gtzan = tmp_path / "gtzan" / "data"
+  os.makedirs(gtzan)
+  table = pa.table({"file": pa.array(["a.wav", "b.wav", "c.wav"]),
+                    "audio": pa.array([{"bytes": _wav_bytes(w[::2], rate // 2), "path": None}
+                                       for w in waves], IMAGE_STRUCT),
+                    "genre": pa.array([4, 0, 9])})
+  meta = {"genre": {"_type": "ClassLabel", "names": genres}}
+  table = table.replace_schema_metadata(
+      {"huggingface": json.dumps({"info": {"features": meta}})})
+  pq.write_table(table, gtzan / "train-00000-of-00001.parquet")
+  s = loaders.load_split("gtzan", str(tmp_path / "gtzan"), "train")
+  assert [s.classnames[c] for c in s.labels] == ["hip hop", "blues", "rock"]
+  assert s.read(0)[1] == rate // 2
+  feats = loaders.load_arrays(s, extractor).inputs
+  assert feats.input_features.shape == (3, 1, 32, 32)

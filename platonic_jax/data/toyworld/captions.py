@@ -90,19 +90,22 @@ _COUNT_NOUN = np.array([WORD_ID["dot"]] + [WORD_ID["dots"]] * (len(ATTRIBUTES["c
 MAX_CAPTION_TOKENS = 19  # bos + the longest caption above + eos
 
 
-def class_pairs(attribute: str, pairs) -> tuple[tuple[str, str], ...]:
+def class_pairs(attribute: str, pairs, attributes: Mapping[str, tuple[str, ...]] = ATTRIBUTES,
+                confusions: Mapping[str, tuple[tuple[str, str], ...]] = CONFUSIONS
+                ) -> tuple[tuple[str, str], ...]:
   """The class pairs ``pairs`` names for ``attribute``: a count k (the first k pairs of
-  ``CONFUSIONS[attribute]``) or explicit ``(class, class)`` pairs of its values. ValueError for
+  ``confusions[attribute]``) or explicit ``(class, class)`` pairs of its values. ValueError for
   an unknown attribute or value, a pair of one class, a class in two pairs, or too large a
-  count."""
-  if attribute not in ATTRIBUTES:
+  count. attributes / confusions: the world's tables (default the toy world's)."""
+  if attribute not in attributes:
     raise ValueError(f"unknown attribute {attribute!r}")
-  values = ATTRIBUTES[attribute]
+  values = attributes[attribute]
   if isinstance(pairs, (int, np.integer)) and not isinstance(pairs, bool):
-    if not 0 <= pairs <= len(CONFUSIONS[attribute]):
-      raise ValueError(f"{attribute!r} has only {len(CONFUSIONS[attribute])} conflatable pairs, "
+    known = confusions.get(attribute, ())
+    if not 0 <= pairs <= len(known):
+      raise ValueError(f"{attribute!r} has only {len(known)} conflatable pairs, "
                        f"asked for {pairs}")
-    return tuple(CONFUSIONS[attribute][:int(pairs)])
+    return tuple(known[:int(pairs)])
   if isinstance(pairs, (str, bytes)) or not hasattr(pairs, "__iter__"):
     raise ValueError(f"{attribute!r}: pairs are a count (int) or (class, class) pairs, "
                      f"got {pairs!r}")
@@ -124,14 +127,17 @@ def class_pairs(attribute: str, pairs) -> tuple[tuple[str, str], ...]:
   return tuple(out)
 
 
-def conflation_table(attribute: str, pairs, symmetric: bool = False) -> np.ndarray:
+def conflation_table(attribute: str, pairs, symmetric: bool = False,
+                     attributes: Mapping[str, tuple[str, ...]] = ATTRIBUTES,
+                     confusions: Mapping[str, tuple[tuple[str, str], ...]] = CONFUSIONS
+                     ) -> np.ndarray:
   """(K,) the class each class is called when conflated (itself unless in ``pairs``: a count of
-  ``CONFUSIONS[attribute]``'s first pairs or explicit pairs, see ``class_pairs``): the first
+  ``confusions[attribute]``'s first pairs or explicit pairs, see ``class_pairs``): the first
   class of a pair is called by the second's name; ``symmetric``: both classes of a pair are
-  called by the other's name (a swap)."""
-  values = ATTRIBUTES[attribute]
+  called by the other's name (a swap). attributes / confusions: as in ``class_pairs``."""
+  values = attributes[attribute]
   table = np.arange(len(values))
-  for src, dst in class_pairs(attribute, pairs):
+  for src, dst in class_pairs(attribute, pairs, attributes, confusions):
     table[values.index(src)] = values.index(dst)
     if symmetric:
       table[values.index(dst)] = values.index(src)

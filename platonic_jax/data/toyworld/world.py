@@ -259,8 +259,9 @@ def view_schedule(cap: Mapping) -> list[str]:
   return cycle
 
 
-def _save(out_dir: str, model, meta: dict) -> None:
-  """Writes the cache entry atomically (temporary sibling directory, then rename)."""
+def _save(out_dir: str, model, meta: dict, extra: Callable[[str], None] | None = None) -> None:
+  """Writes the cache entry atomically (temporary sibling directory, then rename): Orbax
+  parameters, config.json, the tokenizer, ``extra(tmp_dir)``'s files, then meta.json."""
   import orbax.checkpoint as ocp
   from flax import nnx
   # Processes racing on this family each write it whole; the first rename wins (atomic).
@@ -276,16 +277,19 @@ def _save(out_dir: str, model, meta: dict) -> None:
       with open(os.path.join(tmp, "config.json"), "w") as f:
         json.dump(model.config, f, indent=2, sort_keys=True)
       model.tokenizer.save_pretrained(tmp)
+      if extra is not None:
+        extra(tmp)
       with open(os.path.join(tmp, _COMPLETE), "w") as f:
         json.dump(meta, f, indent=2, sort_keys=True, default=float)
 
 
-def _load(out_dir: str, config: Mapping, family: str):
-  """The cached family as a DualEncoder (weights restored by Orbax onto the abstract state)."""
+def restore_entry(out_dir: str, init: Callable[[], Any]):
+  """A cache entry's (module, tokenizer): the parameters restored by Orbax onto the abstract
+  state of ``init()`` (a fresh module of the family), the word tokenizer checked."""
   import orbax.checkpoint as ocp
   from flax import nnx
   from transformers import PreTrainedTokenizerFast
-  abstract = nnx.eval_shape(lambda: init_module(config, family))
+  abstract = nnx.eval_shape(init)
   graphdef, state, rest = nnx.split(abstract, nnx.Param, ...)
   ckpt = ocp.StandardCheckpointer()
   restored = ckpt.restore(os.path.join(out_dir, "params"), nnx.to_pure_dict(state))
@@ -296,6 +300,12 @@ def _load(out_dir: str, config: Mapping, family: str):
   if tokenizer.eos_token_id != tok.EOS_ID:
     raise ValueError(f"cached tokenizer in {out_dir} has eos id {tokenizer.eos_token_id}, "
                      f"expected {tok.EOS_ID}; delete the entry")
+  return module, tokenizer
+
+
+def _load(out_dir: str, config: Mapping, family: str):
+  """The cached family as a DualEncoder (weights restored by Orbax onto the abstract state)."""
+  module, tokenizer = restore_entry(out_dir, lambda: init_module(config, family))
   return _dual_encoder(module, config, family, tokenizer)
 
 

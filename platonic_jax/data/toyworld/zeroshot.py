@@ -32,6 +32,8 @@ def _bucket(n: int, size: int) -> int:
 def image_embeddings(model, images: np.ndarray, batch_size: int = 512,
                      before_edit_point: bool = False) -> np.ndarray:
   """images (n, 3, S, S) -> unnormalised embeddings (n, d) (or (n, h) before the edit point).
+  For an audio model (CLAP; ``input_kind`` "audio"), ``images`` are its input features
+  (n, 1, T, F) (the audio world's task inputs) and the audio tower embeds them.
 
   ``before_edit_point``: the input of the family's final affine layer, the features the closed
   form's fold reads. A family without a single affine layer writing the embedding (SigLIP's
@@ -40,9 +42,10 @@ def image_embeddings(model, images: np.ndarray, batch_size: int = 512,
   on a model.
   """
   graphdef, state = nnx.split(model.module)
-  method = "encode_image"
-  if before_edit_point and hasattr(model.module, "image_features_before_edit_point"):
-    method = "image_features_before_edit_point"
+  kind = getattr(model.module, "input_kind", "image")
+  method = f"encode_{kind}"
+  if before_edit_point and hasattr(model.module, f"{kind}_features_before_edit_point"):
+    method = f"{kind}_features_before_edit_point"
   n = images.shape[0]
   size = min(batch_size, _bucket(n, 128))
   out = []

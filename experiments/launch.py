@@ -16,8 +16,11 @@ PROGRESS_HELP = ("progress bars with the time left, on stderr: --noprogress sile
 def define_distributed_flags() -> None:
   """Defines ``--coordinator_address``, ``--num_processes`` and ``--process_id`` (the arguments
   of ``jax.distributed.initialize``) in the calling launcher; ``start_distributed`` applies
-  them. Call it once, at the launcher's import."""
+  them. Call it at the launcher's import; several launchers imported into one process (tests, a
+  notebook) share the three flags, so a second call defines nothing."""
   from absl import flags
+  if "coordinator_address" in flags.FLAGS:
+    return
   flags.DEFINE_string("coordinator_address", None, "host:port of process 0's coordinator "
                       "service, the same on every process (with --num_processes and "
                       "--process_id); unset: auto-detected on Cloud TPU, SLURM and Open MPI, "

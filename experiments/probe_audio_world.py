@@ -24,10 +24,12 @@ _PROBE = flags.DEFINE_bool("probe", False, "also fit a linear probe per family x
 _PROBE_STEPS = flags.DEFINE_integer("probe_steps", 300, "linear probe optimiser steps")
 _PROGRESS = flags.DEFINE_bool("progress", None, launch.PROGRESS_HELP)
 _FAMILIES = flags.DEFINE_list("families", None, "build only these families (default all)")
+launch.define_distributed_flags()
 
 
 def main(argv):
   del argv
+  launch.start_distributed()  # first: before anything touches a JAX device
   logging.set_verbosity(logging.WARNING)  # Orbax logs every write at INFO
   launch.set_progress(_PROGRESS.value)
   t0 = time.perf_counter()

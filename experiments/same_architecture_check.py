@@ -22,6 +22,7 @@ import time
 import numpy as np
 from absl import app, flags
 
+from experiments import launch
 from experiments.configs import toy_world
 from platonic_jax.core import gradfix, lora, rebasin, train
 from platonic_jax.data import registry
@@ -35,9 +36,11 @@ flags.DEFINE_integer("per_class", 1, "labeled target images per class (GradFix, 
 flags.DEFINE_list("strengths", ["0.25", "0.5", "1.0"], "coefficients of the added vector")
 flags.DEFINE_string("cache_dir", "", "toy-world cache (default: the world's)")
 flags.DEFINE_integer("seed", 0, "seed of the labeled subset and the fine-tunes")
+launch.define_distributed_flags()
 
 
 def main(_):
+  launch.start_distributed()  # first: before anything touches a JAX device
   config = toy_world.get_config(FLAGS.variant)
   if FLAGS.cache_dir:
     config.cache_dir = FLAGS.cache_dir

@@ -172,3 +172,14 @@ def test_one_process_feeds_every_row_of_a_batch():
   from platonic_jax.parallel import mesh
   m = mesh.data_mesh()
   assert mesh.process_rows(m, 4 * m.devices.size) == (0, 4 * m.devices.size)
+
+
+def test_launchers_imported_together_share_the_distributed_flags():
+  """Two launchers in one process (a test session, a notebook): the second definition is a
+  no-op, not absl's DuplicateFlagError, and the three flags stay defined once."""
+  from absl import flags
+  from experiments import launch
+  launch.define_distributed_flags()
+  launch.define_distributed_flags()
+  for name in ("coordinator_address", "num_processes", "process_id"):
+    assert name in flags.FLAGS

@@ -35,7 +35,7 @@ import numpy as np
 
 from platonic_jax.data.audioworld import captions, synth
 from platonic_jax.data.toyworld.tasks import (CAPTIONS, INIT, POOL, PROBES, TEST, TRAIN, Task,
-                                              stream)
+                                              combination_labels, stream)
 
 __all__ = ["CAPTIONS", "COMPOSED", "CONTROLS", "DOWNSTREAM", "INIT", "POOL", "SPECS", "TASK_SPECS",
            "Task", "build_tasks", "sample_pool", "stream"]
@@ -56,11 +56,8 @@ class AudioTaskSpec:
                  for combo in itertools.product(*values))
 
   def labels(self, attrs: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Attributes {name: (n,)} -> int32 labels (n,) (mixed-radix index of the combination)."""
-    label = np.zeros_like(attrs[self.attributes[0]], dtype=np.int64)
-    for a in self.attributes:
-      label = label * len(synth.ATTRIBUTES[a]) + attrs[a]
-    return label.astype(np.int32)
+    """Attributes {name: (n,)} -> int32 labels (n,) (``combination_labels``)."""
+    return combination_labels(attrs, self.attributes, synth.ATTRIBUTES)
 
 
 _TEMPLATES = ("{}", "sound {}")

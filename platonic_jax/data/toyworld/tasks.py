@@ -44,6 +44,15 @@ def phrase(attribute: str, value: str) -> str:
   return f"{value} {suffix[attribute]}" if attribute in suffix else value
 
 
+def combination_labels(attrs: Mapping[str, np.ndarray], names, table: Mapping) -> np.ndarray:
+  """Attributes {name: (n,)} -> int32 labels (n,): the mixed-radix index of the combination of
+  ``names`` (row-major), each attribute's radix its value count in ``table``."""
+  label = np.zeros_like(attrs[names[0]], dtype=np.int64)
+  for a in names:
+    label = label * len(table[a]) + attrs[a]
+  return label.astype(np.int32)
+
+
 @dataclasses.dataclass(frozen=True)
 class TaskSpec:
   name: str
@@ -59,11 +68,8 @@ class TaskSpec:
                  for combo in itertools.product(*values))
 
   def labels(self, attrs: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Attributes {name: (n,)} -> int32 labels (n,) (mixed-radix index of the combination)."""
-    label = np.zeros_like(attrs[self.attributes[0]], dtype=np.int64)
-    for a in self.attributes:
-      label = label * len(render.ATTRIBUTES[a]) + attrs[a]
-    return label.astype(np.int32)
+    """Attributes {name: (n,)} -> int32 labels (n,) (``combination_labels``)."""
+    return combination_labels(attrs, self.attributes, render.ATTRIBUTES)
 
 
 _OBJECT = ("photo {} shape", "{} shape")

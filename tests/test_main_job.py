@@ -1,4 +1,6 @@
-"""The main job end to end on the micro toy world (cold: pretraining included)."""
+"""The main job end to end on the micro toy world (its families pretrained once per session,
+``tests/conftest.py``; the engine's cache cold: fine-tunes, operators and compiled programs
+computed by the first run)."""
 
 import json
 import os
@@ -122,8 +124,10 @@ def _refuses(refused, module, override, match):
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-  return tmp_path_factory.mktemp("cache")
+def cache(tmp_path_factory, micro_world_cache):
+  """The main job's PLATONIC_JAX_CACHE: the session's micro world, an empty engine cache."""
+  from tests.conftest import link_micro_world
+  return link_micro_world(micro_world_cache, tmp_path_factory.mktemp("cache"))
 
 
 @pytest.fixture(scope="module")
@@ -423,7 +427,7 @@ def test_source_fine_tunes_in_threads_are_identical_to_sequential(run, cache, tm
   from platonic_jax.data.toyworld import build_world
 
   config = main_config.get_config("micro")
-  config.world.cache_dir = str(cache)  # the micro world the main-job run pretrained
+  config.world.cache_dir = str(cache)  # the session's micro world
   world = build_world(config.world, log=None)
   names = ["shape", "color"]
   config.source.steps = 12

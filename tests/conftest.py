@@ -1,4 +1,8 @@
-"""Fixtures shared by the whole suite.
+"""Fixtures shared by the whole suite, and the order its files run in.
+
+The suite runs on two pytest-xdist workers (setup.cfg: ``-n 2 --dist loadfile``: each file on
+one worker, in order), the slowest files first (``SLOW_FIRST``), so neither worker is left alone
+with a slow file at the end. ``python -m pytest -n 0 ...`` runs in one process.
 
 ``micro_world_cache``: the micro toy world (``experiments/configs/toy_world.py:micro``)
 pretrained once per test session into a temporary cache root, for every test that needs its
@@ -12,6 +16,19 @@ the pretrained families are computed once.
 import os
 
 import pytest
+
+# The slowest files (pytest --durations on the 2-core machine), started first.
+SLOW_FIRST = ("tests/test_main_job.py", "tests/experiments/test_suite.py",
+              "tests/experiments/test_quickstart_notebook.py", "tests/models/test_clip_parity.py",
+              "tests/data/test_toyworld.py", "tests/models/test_clap_parity.py",
+              "tests/experiments/test_bench_accel.py", "tests/models/test_eva_parity.py")
+
+
+def pytest_collection_modifyitems(config, items):
+  """Moves the files of ``SLOW_FIRST`` to the front; every file keeps its tests' order."""
+  rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+  items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
 
 @pytest.fixture(scope="session")
 def micro_world_cache(tmp_path_factory):

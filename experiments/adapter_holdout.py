@@ -61,6 +61,7 @@ def main(argv):
   recipes = parse_recipes(_RECIPES.value)
   cfg = _CONFIG.value
   names = launch.configure(cfg)
+  launch.use_compilation_cache(cfg)  # the main job's compiled programs, as the other launchers
   world = launch.build_world(cfg)
   models = world.models
   chosen = pipeline.choose_adapter_cells(list(models), names, cfg.adapter.cells, cfg.seed)

@@ -1,4 +1,6 @@
-"""The main job end to end on the micro toy world (cold: pretraining included)."""
+"""The main job end to end on the micro toy world (its families pretrained once per session,
+``tests/conftest.py``; the engine's cache cold: fine-tunes, operators and compiled programs
+computed by the first run)."""
 
 import json
 import os
@@ -21,23 +23,111 @@ def _main_job(cache, work, *flags):
   return out.stdout
 
 
-def _refuses(tmp_path, module, override, match):
+# The launchers' bad command lines: each must exit with its message before building anything.
+FRONTIER_REFUSALS = [
+    ("--multipliers=1,0", "strength multiplier '0' must be finite and > 0"),
+    ("--multipliers=1,x", "strength multiplier 'x' is not a number"),
+    ("--multipliers=", "no strength multipliers given"),
+    ("--multipliers=1,1.0", "strength multiplier '1.0' is repeated"),
+    ("--picks=min,best", "unknown picks ['best']"),
+    ("--picks=", "no picks given"),
+    ("--picks=min,min", "repeated picks"),
+    ("--config.selection_rule=best", "unknown selection rule 'best'"),
+    ("--config.families=('clip-a',)", "strength_frontier needs at least two families"),
+    ("--config.families=('clip-a', 'clip-a')", "repeated families ['clip-a']"),
+]
+MAIN_REFUSALS = [
+    ("--config.selection_rule=best", "unknown selection rule 'best'"),
+    ("--config.tasks=('shape', 'colour')", "unknown downstream tasks"),
+    ("--config.families=('clip-a', 'clip-z')", "unknown families ['clip-z']"),
+    ("--config.tasks=('shape',)", "at least two downstream tasks"),
+    ("--config.negation_lambda=-1", "negation_lambda must be a finite number > 0"),
+    ("--config.export_cells=('clip-a:shape+color',)", "bad cell 'clip-a:shape+color'"),
+    ("--config.export_cells=('clip-a<-siglip-b:shape',)", "bad cell"),
+    ("--config.export_cells=('clip-a<-clip-z:-shape',)", "family 'clip-z' is not in this run"),
+    ("--config.export_cells=('clip-a<-clip-a:shape+shape',)", "tasks must be distinct"),
+    ("--config.export_cells=('clip-a<-clip-a:-fill',)", "tasks must be distinct downstream"),
+    ("--config.export_cells=('siglip-b<-clip-a:-shape',)", "residual-head family"),
+    ("--config.export_cells=('clip-a<-clip-a:-shape', 'clip-a<-clip-a:-shape')",
+     "repeated export cells"),
+]
+ANATOMY_REFUSALS = [
+    ("--config.families=('clip-a',)", "at least two families"),
+    ("--config.tasks=('shape', 'colour')", "unknown downstream tasks"),
+]
+UNWRITABLE = ["main.py:micro", "table1_addition.py:micro"]  # configs whose workdir is refused
+
+
+def _run_refusals(root, module, cases):
+  """Each of ``cases`` (``(key, args)``) run as ``python -m module args`` would run it, all in one
+  process (``tests.launcher_refusals``: one import of JAX and transformers per launcher, not per
+  command line), each with its own empty cache and workdir. Returns ``key -> (error, case
+  dir)``: the exception ``main`` raised ("Type: message", None when it returned)."""
+  root = os.path.join(root, module)
+  spec = []
+  for i, (_, args) in enumerate(cases):
+    spec.append({"args": [a.replace("{case}", os.path.join(root, str(i))) for a in args],
+                 "cache": os.path.join(root, str(i), "cache")})
+    os.makedirs(os.path.join(root, str(i)), exist_ok=True)
+  with open(os.path.join(root, "cases.json"), "w") as f:
+    json.dump(spec, f)
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  out = subprocess.run(
+      [sys.executable, "-m", "tests.launcher_refusals", module, os.path.join(root, "cases.json"),
+       os.path.join(root, "out.json")], cwd=ROOT, env=env, capture_output=True, text=True,
+      timeout=600)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  results = json.load(open(os.path.join(root, "out.json")))
+  return {key: (r["error"], os.path.join(root, str(i)))
+          for i, ((key, _), r) in enumerate(zip(cases, results))}
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory):
+  """``refused(module, key)``: the error and case directory of one bad command line of
+  ``module``; the first call runs every bad command line of that launcher at once."""
+  root = str(tmp_path_factory.mktemp("refusals"))
+  micro = "--config=experiments/configs/main.py:micro"
+  batches = {
+      "experiments.strength_frontier": [(o, [micro, o, "--workdir={case}/w"])
+                                        for o, _ in FRONTIER_REFUSALS],
+      "experiments.transfer_anatomy": [(o, [micro, o, "--workdir={case}/w"])
+                                       for o, _ in ANATOMY_REFUSALS],
+      "experiments.main": [(o, [micro, o, "--workdir={case}/w"]) for o, _ in MAIN_REFUSALS] + [
+          (("unwritable", c), [f"--config=experiments/configs/{c}",
+                               "--workdir={case}/notes.txt/work"]) for c in UNWRITABLE],
+  }
+  done = {}
+
+  def get(module, key):
+    if module not in done:
+      cases = batches[module]
+      for i, (k, _) in enumerate(cases):  # the unwritable workdirs lie under a regular file
+        if isinstance(k, tuple):
+          d = os.path.join(root, module, str(i))
+          os.makedirs(d)
+          with open(os.path.join(d, "notes.txt"), "w") as f:
+            f.write("x")
+      done[module] = _run_refusals(root, module, cases)
+    return done[module][key]
+  return get
+
+
+def _refuses(refused, module, override, match):
   """``python -m module`` on the micro config with ``override`` exits with ``match`` in its
   error before building anything: no workdir, and nothing pretrained into an empty cache."""
-  cache = tmp_path / "cache"
-  env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
-  out = subprocess.run(
-      [sys.executable, "-m", module, "--config=experiments/configs/main.py:micro", override,
-       f"--workdir={tmp_path / 'w'}"], cwd=ROOT, env=env, capture_output=True, text=True,
-      timeout=300)
-  assert out.returncode != 0 and match in out.stderr, out.stderr[-2000:]
-  assert not os.path.exists(tmp_path / "w")
+  error, case = refused(module, override)
+  assert error is not None and match in error, error
+  assert not os.path.exists(os.path.join(case, "w"))
+  cache = os.path.join(case, "cache")
   assert not os.path.exists(cache) or not os.listdir(cache)  # nothing pretrained or cached
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-  return tmp_path_factory.mktemp("cache")
+def cache(tmp_path_factory, micro_world_cache):
+  """The main job's PLATONIC_JAX_CACHE: the session's micro world, an empty engine cache."""
+  from tests.conftest import link_micro_world
+  return link_micro_world(micro_world_cache, tmp_path_factory.mktemp("cache"))
 
 
 @pytest.fixture(scope="module")
@@ -181,54 +271,24 @@ def test_strength_frontier_reproduces_the_main_jobs_rows(run, run_1se, cache, tm
       assert by_m["2"][kind]["cross_model"]["controls"] < by_m["1"][kind]["cross_model"]["controls"]
 
 
-@pytest.mark.parametrize("override,match", [
-    ("--multipliers=1,0", "strength multiplier '0' must be finite and > 0"),
-    ("--multipliers=1,x", "strength multiplier 'x' is not a number"),
-    ("--multipliers=", "no strength multipliers given"),
-    ("--multipliers=1,1.0", "strength multiplier '1.0' is repeated"),
-    ("--picks=min,best", "unknown picks ['best']"),
-    ("--picks=", "no picks given"),
-    ("--picks=min,min", "repeated picks"),
-    ("--config.selection_rule=best", "unknown selection rule 'best'"),
-    ("--config.families=('clip-a',)", "strength_frontier needs at least two families"),
-    ("--config.families=('clip-a', 'clip-a')", "repeated families ['clip-a']"),
-])
-def test_strength_frontier_refuses_bad_arguments_before_building(tmp_path, override, match):
-  _refuses(tmp_path, "experiments.strength_frontier", override, match)
+@pytest.mark.parametrize("override,match", FRONTIER_REFUSALS)
+def test_strength_frontier_refuses_bad_arguments_before_building(refused, override, match):
+  _refuses(refused, "experiments.strength_frontier", override, match)
 
 
-@pytest.mark.parametrize("override,match", [
-    ("--config.selection_rule=best", "unknown selection rule 'best'"),
-    ("--config.tasks=('shape', 'colour')", "unknown downstream tasks"),
-    ("--config.families=('clip-a', 'clip-z')", "unknown families ['clip-z']"),
-    ("--config.tasks=('shape',)", "at least two downstream tasks"),
-    ("--config.negation_lambda=-1", "negation_lambda must be a finite number > 0"),
-    ("--config.export_cells=('clip-a:shape+color',)", "bad cell 'clip-a:shape+color'"),
-    ("--config.export_cells=('clip-a<-siglip-b:shape',)", "bad cell"),
-    ("--config.export_cells=('clip-a<-clip-z:-shape',)", "family 'clip-z' is not in this run"),
-    ("--config.export_cells=('clip-a<-clip-a:shape+shape',)", "tasks must be distinct"),
-    ("--config.export_cells=('clip-a<-clip-a:-fill',)", "tasks must be distinct downstream"),
-    ("--config.export_cells=('siglip-b<-clip-a:-shape',)", "residual-head family"),
-    ("--config.export_cells=('clip-a<-clip-a:-shape', 'clip-a<-clip-a:-shape')",
-     "repeated export cells"),
-])
-def test_main_job_refuses_bad_configs_before_building(tmp_path, override, match):
-  _refuses(tmp_path, "experiments.main", override, match)
+@pytest.mark.parametrize("override,match", MAIN_REFUSALS)
+def test_main_job_refuses_bad_configs_before_building(refused, override, match):
+  _refuses(refused, "experiments.main", override, match)
 
 
-@pytest.mark.parametrize("config", ["main.py:micro", "table1_addition.py:micro"])
-def test_main_job_and_suite_refuse_an_unwritable_workdir_before_building(tmp_path, config):
+@pytest.mark.parametrize("config", UNWRITABLE)
+def test_main_job_and_suite_refuse_an_unwritable_workdir_before_building(refused, config):
   """A workdir that cannot be written (here: under a regular file, which fails for root too)
   is refused at start-up by the launcher, before a world is pretrained or a study built."""
-  (tmp_path / "notes.txt").write_text("x")
-  cache = tmp_path / "cache"
-  env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
-  out = subprocess.run(
-      [sys.executable, "-m", "experiments.main", f"--config=experiments/configs/{config}",
-       f"--workdir={tmp_path / 'notes.txt' / 'work'}"], cwd=ROOT, env=env, capture_output=True,
-      text=True, timeout=300)
-  assert out.returncode != 0 and "--workdir" in out.stderr, out.stderr[-2000:]
-  assert "cannot be created" in out.stderr and "is not a directory" in out.stderr
+  error, case = refused("experiments.main", ("unwritable", config))
+  assert error is not None and "--workdir" in error, error
+  assert "cannot be created" in error and "is not a directory" in error
+  cache = os.path.join(case, "cache")
   assert not os.path.exists(cache) or not os.listdir(cache)  # nothing pretrained or cached
 
 
@@ -288,12 +348,9 @@ def test_transfer_anatomy_splits_add_up_and_match_the_main_job(run, cache, tmp_p
     assert neg["controls"] == pytest.approx(cf["controls"], abs=1e-3)
 
 
-@pytest.mark.parametrize("override,match", [
-    ("--config.families=('clip-a',)", "at least two families"),
-    ("--config.tasks=('shape', 'colour')", "unknown downstream tasks"),
-])
-def test_transfer_anatomy_refuses_bad_configs(tmp_path, override, match):
-  _refuses(tmp_path, "experiments.transfer_anatomy", override, match)
+@pytest.mark.parametrize("override,match", ANATOMY_REFUSALS)
+def test_transfer_anatomy_refuses_bad_configs(refused, override, match):
+  _refuses(refused, "experiments.transfer_anatomy", override, match)
 
 
 @pytest.mark.parametrize("bad", [["300"], ["300:"], ["0:1e-3"], ["300:-1e-3"], ["a:b"], []])
@@ -370,7 +427,7 @@ def test_source_fine_tunes_in_threads_are_identical_to_sequential(run, cache, tm
   from platonic_jax.data.toyworld import build_world
 
   config = main_config.get_config("micro")
-  config.world.cache_dir = str(cache)  # the micro world the main-job run pretrained
+  config.world.cache_dir = str(cache)  # the session's micro world
   world = build_world(config.world, log=None)
   names = ["shape", "color"]
   config.source.steps = 12

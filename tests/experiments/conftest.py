@@ -1,8 +1,9 @@
 """One micro toy world and one experiment cache shared by every experiment-suite test.
 
-The world (``experiments/configs/toy_world.py:micro``) is pretrained once per session into a
-temporary ``PLATONIC_JAX_CACHE``; every config then runs in-process against it, so jitted
-programs, embeddings, source fine-tunes and operators are computed once and reused.
+The world (``experiments/configs/toy_world.py:micro``) is the session's (``tests/conftest.py``:
+pretrained once), loaded into a temporary ``PLATONIC_JAX_CACHE``; every config then runs
+in-process against it, so jitted programs, embeddings, source fine-tunes and operators are
+computed once and reused.
 """
 
 import importlib.util
@@ -30,11 +31,13 @@ def load_config(name: str, arg: str = "micro", **overrides):
 
 
 @pytest.fixture(scope="session")
-def micro(tmp_path_factory):
-  """(world, cache_dir): the micro world built once, and the experiments' shared cache."""
+def micro(tmp_path_factory, micro_world_cache):
+  """(world, cache_dir): the micro world loaded once, and the experiments' shared cache."""
   from experiments.configs import toy_world
   from platonic_jax.data.toyworld import build_world
+  from tests.conftest import link_micro_world
   root = tmp_path_factory.mktemp("pj_cache")
+  link_micro_world(micro_world_cache, root)
   old = os.environ.get("PLATONIC_JAX_CACHE")
   os.environ["PLATONIC_JAX_CACHE"] = str(root)
   try:

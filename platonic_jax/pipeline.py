@@ -234,9 +234,9 @@ def plot_negation_curve(curve: dict, path: str, zero_shot: Mapping[str, float] |
 
 
 def task_names(cfg, downstream: Sequence[str]) -> list[str]:
-  """The downstream tasks ``cfg.tasks`` names (every one of ``downstream`` when empty);
+  """The downstream tasks ``cfg.data.tasks`` names (every one of ``downstream`` when empty);
   ValueError naming any the world does not have, or any named twice."""
-  names = list(cfg.tasks) or list(downstream)
+  names = list(cfg.data.tasks) or list(downstream)
   unknown = sorted(set(names) - set(downstream))
   if unknown:
     raise ValueError(f"unknown downstream tasks {unknown}; the world has {list(downstream)}")
@@ -261,7 +261,7 @@ def _check_number(name: str, v, *, low: float, strict: bool) -> None:
 def check_config(cfg, downstream: Sequence[str]) -> list[str]:
   """Refuses a main-job config before anything is built, with a ValueError naming the problem:
   unknown or repeated downstream tasks (``task_names``), fewer than two of them (addition cells
-  compose task pairs), families that ``cfg.world`` does not have or that are named twice, an
+  compose task pairs), families that ``cfg.data.world`` does not have or that are named twice, an
   unknown ``selection_rule``, strengths (``alpha``, ``negation_lambda``,
   ``weight_space_lambda``) that are not finite and > 0, ``negation_strengths`` that are not a
   non-empty list of finite numbers >= 0, ``folds`` below 2, ``adapter.cells`` below 0. Returns
@@ -271,7 +271,7 @@ def check_config(cfg, downstream: Sequence[str]) -> list[str]:
     raise ValueError(f"the main job needs at least two downstream tasks (addition composes "
                      f"pairs), got {names}")
   from platonic_jax.data.toyworld.world import check_families
-  check_families(cfg.world, list(cfg.get("families") or ()))
+  check_families(cfg.data.world, list(cfg.data.families))
   check_rule(cfg.get("selection_rule", "min"))
   for name in ("alpha", "negation_lambda", "weight_space_lambda"):
     _check_number(name, cfg[name], low=0, strict=True)
@@ -313,7 +313,7 @@ def export_cells(cfg, names: Sequence[str]) -> list[tuple[str, str, str, str, tu
                      "--config.export_cells=\"('clip-a<-siglip-b:shape+color',)\"")
   specs = list(cfg.get("export_cells", ()) or ())
   _check_unique("export cells", specs)
-  families = list(cfg.get("families") or ()) or list(cfg.world.families)
+  families = list(cfg.data.families) or list(cfg.data.world.families)
   out = []
   for spec in specs:
     kind, tg, s, cell_tasks = parse_cell(spec)
@@ -324,9 +324,9 @@ def export_cells(cfg, names: Sequence[str]) -> list[tuple[str, str, str, str, tu
     if unknown or len(set(cell_tasks)) != len(cell_tasks):
       raise ValueError(f"export cell {spec!r}: tasks must be distinct downstream tasks of this "
                        f"run {list(names)}")
-    if cfg.world.families[tg].get("arch", "clip") != "clip":
+    if cfg.data.world.families[tg].get("arch", "clip") != "clip":
       raise ValueError(f"export cell {spec!r}: target {tg!r} is a residual-head family "
-                       f"({cfg.world.families[tg].arch}); its closed form is the embedding "
+                       f"({cfg.data.world.families[tg].arch}); its closed form is the embedding "
                        "operator, which no checkpoint holds")
     out.append((spec, kind, tg, s, cell_tasks))
   return out
@@ -367,24 +367,15 @@ class Prepared:
   study: Any = None
 
 
-def cache_dir(cfg) -> str:
-  """The engine's cache of a main-job config: ``cfg.cache_dir``, else ``experiments/`` under the
-  toy world's cache root (``$PLATONIC_JAX_CACHE`` or ~/.cache/platonic_jax, as the suite's)."""
-  from platonic_jax.data.toyworld.world import cache_root
-  return cfg.get("cache_dir") or os.path.join(cache_root(cfg.world), "experiments")
-
-
 def make_study(world, cfg, names: Sequence[str], log: Callable[[str], None] = print):
-  """The main job's ``Study`` of a built world: its families, the downstream ``names`` and the
-  world's controls, the config's source recipe, selection and method options."""
-  from platonic_jax.study import Study, method_options
-  controls = list(world.controls)
+  """The main job's ``Study`` of a built world (``study.from_config``, as every experiment's):
+  its families, the downstream ``names`` and the world's controls, the config's source recipe,
+  selection and method options."""
+  from platonic_jax.study import from_config
   if CONSENSUS in world.models:
     raise ValueError(f"a family may not be named {CONSENSUS!r}: that name holds the consensus "
                      "operators")
-  return Study(world.models, {t: world.tasks[t] for t in list(names) + controls},
-               cache_dir=cache_dir(cfg), downstream=names, controls=controls, source=cfg.source,
-               seed=cfg.seed, folds=cfg.folds, log=log, **method_options(cfg))
+  return from_config(cfg, log=log, world=world, downstream=names)
 
 
 def prepare(world, cfg, log: Callable[[str], None] = print) -> Prepared:

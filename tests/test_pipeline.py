@@ -185,10 +185,10 @@ def test_check_config_accepts_every_variant():
 
 
 @pytest.mark.parametrize("overrides,match", [
-    (dict(tasks=("shape",)), "at least two downstream tasks"),
-    (dict(tasks=("shape", "shape", "color")), r"repeated downstream tasks \['shape'\]"),
-    (dict(families=("clip-a", "clip-z")), r"unknown families \['clip-z'\]"),
-    (dict(families=("clip-a", "clip-a")), r"repeated families \['clip-a'\]"),
+    (dict(data__tasks=("shape",)), "at least two downstream tasks"),
+    (dict(data__tasks=("shape", "shape", "color")), r"repeated downstream tasks \['shape'\]"),
+    (dict(data__families=("clip-a", "clip-z")), r"unknown families \['clip-z'\]"),
+    (dict(data__families=("clip-a", "clip-a")), r"repeated families \['clip-a'\]"),
     (dict(alpha=float("nan")), "alpha must be a finite number > 0"),
     (dict(negation_lambda=-1.0), "negation_lambda must be a finite number > 0"),
     (dict(weight_space_lambda=0.0), "weight_space_lambda must be a finite number > 0"),

@@ -168,50 +168,22 @@ def summarize(records: Sequence[dict]) -> dict:
 
 
 def format_tables(records: Sequence[dict], controls: Sequence[str]) -> str:
-  """The paper's Table 1 (addition) and Table 2 (negation) layouts.
+  """The paper's Table 1 (addition) and Table 2 (negation) in the layout every experiment
+  prints them in (``platonic_jax.eval.layout``: each entry a mean accuracy in percent with its
+  change in points from the zero-shot of the row's own cells, and the row's cell count)."""
+  from platonic_jax.eval import layout
 
-  Each entry is a mean test accuracy in percent followed, in brackets, by its change in points
-  from the zero-shot accuracy of the row's own cells (a row over a subset of the cells, the
-  adapter's say, is read against that subset's zero-shot, not the block's); the last column
-  counts the row's cells.
-  """
-  lines = []
-  names = {"zero_shot": "Zero-shot", "weight_space": "Weight-space arithmetic",
-           "closed_form": "Ours, closed form", "consensus": "Ours, consensus",
-           "adapter": "Ours, adapter", "oracle": "Oracle",
-           "random_utd": "Random-UTD"}
-  for kind, cols in (("addition", ["Task A", "Task B"]), ("negation", ["Removed task"])):
-    title = ("Table 1: addition (closed form at alpha, adapter at full strength)" if kind == "addition"
-             else "Table 2: negation")
-    lines += ["", title + "; accuracy % (change in points from the zero-shot of the row's own "
-              "cells)"]
-    header = (f"{'Method':<26s}" + "".join(f"{c:>17s}" for c in cols + list(controls))
-              + f"{'cells':>7s}")
-    for setting, label in (("same_model", "Source and target are the same model"),
-                           ("cross_model", "Source and target are different models")):
-      base = [r for r in records if r["kind"] == kind and r["setting"] == setting
-              and r["method"] == "closed_form"]
-      if not base:
-        continue
-      lines += [label, header]
-
-      def row(name, rs, zero=False):
-        acc, delta = [], []
-        for r in rs:
-          keys = list(r["tasks"]) + list(controls)
-          acc.append([r["accuracy"][t] - (r["delta"][t] if zero else 0.0) for t in keys])
-          delta.append([0.0 if zero else r["delta"][t] for t in keys])
-        a, d = np.mean(np.asarray(acc), axis=0), np.mean(np.asarray(delta), axis=0)
-        vals = [f"{x:17.2f}" if zero else f"{x:9.2f} ({y:+5.1f})" for x, y in zip(a, d)]
-        return f"{name:<26s}" + "".join(f"{v:>17s}" for v in vals) + f"{len(rs):7d}"
-
-      lines.append(row(names["zero_shot"], base, zero=True))
-      for method in ("weight_space", "closed_form", "consensus", "adapter", "oracle", "random_utd"):
-        rs = [r for r in records if r["kind"] == kind and r["setting"] == setting
-              and r["method"] == method]
-        if rs:
-          lines.append(row(names[method], rs))
-  return "\n".join(lines)
+  def rows(kind):
+    out = []
+    for r in records:
+      if r["kind"] == kind:
+        keys = list(r["tasks"]) + list(controls)
+        acc = [r["accuracy"][t] for t in keys]
+        out.append(layout.Row(r["setting"], r["method"], acc,
+                              [a - r["delta"][t] for a, t in zip(acc, keys)]))
+    return out
+  return "\n".join(x for x in (layout.table1(rows("addition"), controls),
+                               layout.table2(rows("negation"), controls)) if x)
 
 
 def plot_negation_curve(curve: dict, path: str, zero_shot: Mapping[str, float] | None = None) -> str:

@@ -20,6 +20,7 @@ import numpy as np
 from flax import nnx
 
 from platonic_jax import kernels
+from platonic_jax.core.descriptor import l2_normalize
 from platonic_jax.models import layers
 from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.models.preprocess import NaflexInputs
@@ -30,10 +31,12 @@ TRACE_COUNT = {"image": 0, "text": 0, "audio": 0}
 TEXT_BUCKET = 8
 
 
-def l2_normalize(x, axis=-1, eps=1e-12):
-  """Row-wise L2 normalisation ``x (n, d) -> (n, d)`` (any leading axes), computed in fp32."""
-  x = jnp.asarray(x, jnp.float32)
-  return x * jax.lax.rsqrt(jnp.maximum(jnp.sum(x * x, axis=axis, keepdims=True), eps * eps))
+EPS = 1e-12  # the embeddings' normalisation floor: a zero embedding stays zero
+
+
+def _unit(z):
+  """Embeddings ``(n, d)`` as unit rows in float32 (``core.descriptor.l2_normalize`` at ``EPS``)."""
+  return l2_normalize(z, eps=EPS, dtype=jnp.float32)
 
 
 def _cast_state(state, dtype):
@@ -58,19 +61,19 @@ def _compiled_for(graphdef, kind: str, mesh, dtype_name: str, normalize: bool, a
     TRACE_COUNT["image"] += 1
     module = nnx.merge(graphdef, state)
     z = module.encode_image(pixels.astype(dtype), *extra)
-    return l2_normalize(z) if normalize else z.astype(jnp.float32)
+    return _unit(z) if normalize else z.astype(jnp.float32)
 
   def text_fn(state, ids, mask):
     TRACE_COUNT["text"] += 1
     module = nnx.merge(graphdef, state)
     z = module.encode_text(ids, mask)
-    return l2_normalize(z) if normalize else z.astype(jnp.float32)
+    return _unit(z) if normalize else z.astype(jnp.float32)
 
   def audio_fn(state, features, is_longer):
     TRACE_COUNT["audio"] += 1
     module = nnx.merge(graphdef, state)
     z = module.encode_audio(features.astype(dtype), is_longer)
-    return l2_normalize(z) if normalize else z.astype(jnp.float32)
+    return _unit(z) if normalize else z.astype(jnp.float32)
 
   def traced_with_attention(fn):
     @functools.wraps(fn)
@@ -394,5 +397,5 @@ def class_embeddings_many(model: DualEncoder, heads: Sequence[tuple[Sequence[str
   for c, t in shapes:
     zi = z[start:start + c * t].reshape(c, t, -1)
     start += c * t
-    out.append(np.asarray(l2_normalize(zi.mean(axis=1))))
+    out.append(np.asarray(_unit(zi.mean(axis=1))))
   return out

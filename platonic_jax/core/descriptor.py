@@ -44,9 +44,22 @@ def float_dtype(*arrays) -> jnp.dtype:
   return jnp.dtype(jnp.float32)
 
 
-def l2_normalize(x: jax.Array, axis: int = -1) -> jax.Array:
-  """Row-wise L2 normalisation: `x (..., d) -> x / ||x|| (..., d)`."""
-  return x / jnp.linalg.norm(x, axis=axis, keepdims=True)
+def l2_normalize(x: jax.Array, axis: int = -1, *, eps: float | None = None,
+                 dtype=None) -> jax.Array:
+  """Row-wise L2 normalisation `x (..., d) -> x / ||x|| (..., d)`: the package's one row
+  normaliser (``platonic_jax.l2_normalize``).
+
+  eps None (the method's arrays: descriptors, solves, selection, routes): exact division by the
+  norm, in `x`'s own dtype (float64 stays float64); a zero row gives NaN, which the callers'
+  finiteness checks refuse. eps > 0 (embeddings and class heads, ``platonic_jax.embed``:
+  ``EPS``): `x * rsqrt(max(||x||^2, eps^2))`, a zero row stays zero. dtype: cast `x` to it
+  first (the embeddings: float32, whatever the towers computed in); None keeps `x`'s.
+  """
+  if dtype is not None:
+    x = jnp.asarray(x, dtype)
+  if eps is None:
+    return x / jnp.linalg.norm(x, axis=axis, keepdims=True)
+  return x * jax.lax.rsqrt(jnp.maximum(jnp.sum(x * x, axis=axis, keepdims=True), eps * eps))
 
 
 def centering(num_classes: int, dtype=jnp.float32) -> jax.Array:

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from platonic_jax.core.batches import bucketed
 from platonic_jax.core.descriptor import check_finite, float_dtype
 from platonic_jax.models.preprocess import NaflexInputs
 
@@ -107,16 +108,10 @@ def head_features(model, *image_inputs, batch_size: int = 64):
     check(*image_inputs)
   graphdef, state = nnx.split(module)
   fn = _features_fn(graphdef, edit_point)
-  batch = min(batch_size, n)
-  outs = []
-  for start in range(0, n, batch):
-    stop = min(start + batch, n)
-    # every call has the batch's shape (one compilation): a short last chunk repeats its
-    # first row, a valid input whose outputs are dropped
-    rows = np.minimum(np.arange(start, start + batch), stop - 1)
-    chunk = tuple(None if x is None else jnp.asarray(np.asarray(x)[rows]) for x in image_inputs)
-    outs.append(tuple(o[:stop - start] for o in fn(state, chunk)))
-  return tuple(jnp.concatenate([o[i] for o in outs]) for i in range(3))
+  # every call has the batch's shape (one compilation; ``core.batches.bucketed``)
+  inputs = tuple(None if x is None else np.asarray(x) for x in image_inputs)
+  return bucketed(lambda chunk: tuple(fn(state, jax.tree.map(jnp.asarray, chunk))), inputs,
+                  min(batch_size, n), n)
 
 
 def _check_ridge(ridge) -> float:

@@ -25,6 +25,7 @@ from platonic_jax.models import layers
 from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.models.preprocess import NaflexInputs
 from platonic_jax.parallel import mesh as mesh_lib
+from platonic_jax.validate import check_finite_rows
 
 # Number of times an embedding function was traced (i.e. compiled); tests read it.
 TRACE_COUNT = {"image": 0, "text": 0, "audio": 0}
@@ -156,18 +157,6 @@ def _run_batches(fn: Callable, state, arrays: Sequence[np.ndarray], n: int, batc
   return np.concatenate([np.asarray(o)[:k] for o, k in outs])
 
 
-def check_finite(x: np.ndarray, what: str, chunk: int = 256) -> None:
-  """Raises ValueError naming the rows of ``x (n, ...)`` that hold NaN or inf (checked on the
-  host, ``chunk`` rows at a time)."""
-  bad = [start + int(i) for start in range(0, x.shape[0], chunk)
-         for i in np.flatnonzero(~np.isfinite(x[start:start + chunk]).reshape(
-             min(chunk, x.shape[0] - start), -1).all(axis=1))]
-  if bad:
-    shown = ", ".join(map(str, bad[:20])) + (", ..." if len(bad) > 20 else "")
-    raise ValueError(f"{what} rows [{shown}] ({len(bad)} of {x.shape[0]}) hold NaN or inf "
-                     "values")
-
-
 def _image_inputs(model: DualEncoder) -> tuple[str, ...]:
   """Names of ``encode_image``'s inputs: ("pixel_values",), or NaFlex's three."""
   return tuple(getattr(model.module, "image_inputs", ("pixel_values",)))
@@ -197,7 +186,7 @@ def _prepare_naflex(model: DualEncoder, inputs) -> list[np.ndarray]:
   if not np.issubdtype(shapes.dtype, np.integer):
     raise ValueError(f"spatial_shapes must be integers (n, 2), got {shapes.dtype}")
   model.module.vision_model.check_inputs(pv, mask, shapes)  # ValueError naming the problem
-  check_finite(pv, "pixel_values")
+  check_finite_rows(pv, "pixel_values")
   return [pv.astype(np.float32, copy=False), (mask > 0).astype(np.int32),
           shapes.astype(np.int32)]
 
@@ -233,7 +222,7 @@ def _prepare_images(model: DualEncoder, images) -> list[np.ndarray]:
                      f"{h}x{w} (array shape (n, {c}, {h}, {w}))")
   if not np.issubdtype(images.dtype, np.floating):
     raise ValueError(f"preprocessed images must be floating point, got {images.dtype}")
-  check_finite(images, "images")
+  check_finite_rows(images, "images")
   return [images.astype(np.float32, copy=False)]
 
 
@@ -350,7 +339,7 @@ def embed_audio_features(model: DualEncoder, input_features, is_longer=None, *,
   if is_longer.shape != (n,):
     raise ValueError(f"is_longer must have one entry per example ({n}), got {is_longer.shape}")
   model.module.audio_model.audio_encoder.check_inputs(x, is_longer)
-  check_finite(x, "input_features")
+  check_finite_rows(x, "input_features")
   mesh = mesh or mesh_lib.data_mesh()
   batch = _batch_size(batch_size, mesh)
   graphdef, state = nnx.split(model.module)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import math
 import os
 import time
 from typing import Any, Callable, Mapping, Sequence
@@ -31,9 +30,9 @@ import numpy as np
 
 from platonic_jax.core import options
 from platonic_jax.core.analysis import CONSENSUS
-from platonic_jax.core.descriptor import check_int
 from platonic_jax.core.select import check_rule
 from platonic_jax.study import adapter_kwargs, cell_accuracies  # noqa: F401  (re-exported)
+from platonic_jax.validate import check_int, check_number, check_unique
 
 METHODS = ("closed_form", "consensus", "adapter", "oracle", "random_utd", "weight_space")
 CELLS = "cells.jsonl"  # the sweep's records: one per finished cell, read back on a rerun
@@ -212,22 +211,8 @@ def task_names(cfg, downstream: Sequence[str]) -> list[str]:
   unknown = sorted(set(names) - set(downstream))
   if unknown:
     raise ValueError(f"unknown downstream tasks {unknown}; the world has {list(downstream)}")
-  _check_unique("downstream tasks", names)
+  check_unique("downstream tasks", names)
   return names
-
-
-def _check_unique(what: str, names: Sequence[str]) -> None:
-  repeated = sorted({n for n in names if list(names).count(n) > 1})
-  if repeated:
-    raise ValueError(f"repeated {what} {repeated}")
-
-
-def _check_number(name: str, v, *, low: float, strict: bool) -> None:
-  ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        and (v > low if strict else v >= low))
-  if not ok:
-    raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {low:g}, "
-                     f"got {v!r}")
 
 
 def check_config(cfg, downstream: Sequence[str]) -> list[str]:
@@ -246,12 +231,12 @@ def check_config(cfg, downstream: Sequence[str]) -> list[str]:
   check_families(cfg.data.world, list(cfg.data.families))
   check_rule(cfg.get("selection_rule", "min"))
   for name in ("alpha", "negation_lambda", "weight_space_lambda"):
-    _check_number(name, cfg[name], low=0, strict=True)
+    check_number(name, cfg[name], low=0, strict=True)
   strengths = cfg.negation_strengths
   if isinstance(strengths, (str, bytes)) or not isinstance(strengths, Sequence) or not strengths:
     raise ValueError(f"negation_strengths must be a non-empty list of numbers, got {strengths!r}")
   for v in strengths:
-    _check_number("every negation strength", v, low=0, strict=False)
+    check_number("every negation strength", v, low=0, strict=False)
   check_int("folds", cfg.folds, 2)
   check_int("adapter.cells", cfg.adapter.cells, 0)
   export_cells(cfg, names)
@@ -284,7 +269,7 @@ def export_cells(cfg, names: Sequence[str]) -> list[tuple[str, str, str, str, tu
     raise ValueError("export_cells must be a tuple of cells, e.g. "
                      "--config.export_cells=\"('clip-a<-siglip-b:shape+color',)\"")
   specs = list(cfg.get("export_cells", ()) or ())
-  _check_unique("export cells", specs)
+  check_unique("export cells", specs)
   families = list(cfg.data.families) or list(cfg.data.world.families)
   out = []
   for spec in specs:

@@ -27,6 +27,7 @@ import numpy as np
 import safetensors.numpy
 
 from platonic_jax import atomic
+from platonic_jax.validate import check_finite
 from platonic_jax.core.grid import Grid
 
 _FORMAT = "platonic_jax.descriptor/1"
@@ -85,32 +86,6 @@ def affinity(Zhat: jax.Array, Ghat: jax.Array) -> jax.Array:
       A = affinity(l2_normalize(Z), l2_normalize(G))   # (n, C) cosines
   """
   return jnp.matmul(Zhat, Ghat.T, precision=jax.lax.Precision.HIGHEST)
-
-
-def check_finite(name: str, x) -> None:
-  """Raise ValueError naming `name` if `x` holds NaN or inf (host-side check)."""
-  a = np.asarray(x)
-  if not np.issubdtype(a.dtype, np.number):
-    raise ValueError(f"{name} must be numeric, got dtype {a.dtype}")
-  if not np.all(np.isfinite(a)):
-    bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
-    raise ValueError(f"{name} contains NaN or inf ({bad} non-finite entries)")
-
-
-def check_int(name: str, v, low: int) -> None:
-  """Raise ValueError naming `name` unless `v` is an int (not a bool) and at least `low`."""
-  if isinstance(v, bool) or not isinstance(v, int) or v < low:
-    raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
-
-
-def check_labels(labels, n: int, C: int) -> np.ndarray:
-  """`labels` as int32 `(n,)` with every value in `[0, C)`; ValueError naming the problem."""
-  labels = np.asarray(labels)
-  if labels.shape != (n,) or not np.issubdtype(labels.dtype, np.integer):
-    raise ValueError(f"labels must be int of shape ({n},), got {labels.dtype} {labels.shape}")
-  if labels.min() < 0 or labels.max() >= C:
-    raise ValueError(f"labels must lie in [0, C={C}), got range [{labels.min()}, {labels.max()}]")
-  return labels.astype(np.int32)
 
 
 # ----------------------------------------------------------------------------------------------

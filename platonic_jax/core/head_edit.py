@@ -37,8 +37,9 @@ import numpy as np
 from flax import nnx
 
 from platonic_jax.core.batches import bucketed
-from platonic_jax.core.descriptor import check_finite, float_dtype
+from platonic_jax.core.descriptor import float_dtype
 from platonic_jax.models.preprocess import NaflexInputs
+from platonic_jax.validate import check_finite, positive_float
 
 _HI = jax.lax.Precision.HIGHEST
 
@@ -114,16 +115,6 @@ def head_features(model, *image_inputs, batch_size: int = 64):
                   min(batch_size, n), n)
 
 
-def _check_ridge(ridge) -> float:
-  try:
-    r = float(ridge)
-  except (TypeError, ValueError):
-    raise ValueError(f"ridge must be a positive float, got {ridge!r}") from None
-  if not math.isfinite(r) or r <= 0.0:
-    raise ValueError(f"ridge must be > 0 and finite, got {ridge!r}")
-  return r
-
-
 @jax.jit
 def _ridge(H, S, ridge):
   n, m = H.shape
@@ -169,7 +160,7 @@ def solve_head_edit(Hh, Sf, ridge: float) -> jax.Array:
     raise ValueError(f"Sf has {S.shape[-2]} rows but Hh has {H.shape[0]} probes (rows)")
   if not bool(jnp.any(H != 0)):
     raise ValueError("Hh is all zero: the head's hidden features carry no signal to regress on")
-  r = _check_ridge(ridge)
+  r = positive_float("ridge", ridge)
   dt = float_dtype(H, S)
   H, S = np.asarray(H, np.float64), np.asarray(S, np.float64)
   k = S.shape[0] if S.ndim == 3 else None

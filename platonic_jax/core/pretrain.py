@@ -29,7 +29,8 @@ import optax
 from flax import nnx
 
 from platonic_jax import progress
-from platonic_jax.core.descriptor import check_int, l2_normalize
+from platonic_jax.core.descriptor import l2_normalize
+from platonic_jax.validate import check_int
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,11 +36,12 @@ from flax import nnx
 from platonic_jax import progress
 from platonic_jax.core import lora
 from platonic_jax.core.batches import bucketed, num_rows, pow2_bucket
-from platonic_jax.core.descriptor import check_labels, l2_normalize
+from platonic_jax.core.descriptor import l2_normalize
 from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.models.preprocess import NaflexInputs
 from platonic_jax.parallel import distributed
 from platonic_jax.parallel import mesh as mesh_lib
+from platonic_jax.validate import check_labels
 
 ADAPTER_FORMAT = "platonic_jax.lora_adapter/1"
 

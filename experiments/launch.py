@@ -76,7 +76,8 @@ def configure(cfg, who: str | None = None) -> list[str]:
   """Checks and seeds a main-job config before anything is built; returns its task names.
 
   Refuses, with a ValueError naming the problem: a config of another experiment (when ``who``,
-  the launcher's name, is given: it takes the main job's config only) and whatever
+  the launcher's name, is given: it takes the main job's config only), a list field given as
+  a comma list without the tuple syntax (``configs.common.check_name_lists``) and whatever
   ``pipeline.check_config`` refuses (unknown or repeated tasks and families, fewer than two
   tasks, an unknown ``selection_rule``, bad strengths or counts). Then ``cfg.seed`` seeds the
   world and the source fine-tunes.
@@ -84,11 +85,13 @@ def configure(cfg, who: str | None = None) -> list[str]:
   from platonic_jax import pipeline
   from platonic_jax.data.toyworld import DOWNSTREAM
 
+  from experiments.configs.common import check_name_lists
   if who is not None and cfg.get("experiment", "main") != "main":
     raise ValueError(f"{who} takes the main job's config (experiments/configs/main.py)")
+  check_name_lists(cfg)
   names = pipeline.check_config(cfg, DOWNSTREAM)
   with cfg.unlocked():
-    cfg.world.seed = cfg.seed
+    cfg.data.world.seed = cfg.seed
     cfg.source.seed = cfg.seed
   return names
 
@@ -103,21 +106,21 @@ def check_workdir(workdir: str) -> None:
 
 def use_compilation_cache(cfg) -> None:
   """With ``cfg.compilation_cache`` on, compiled XLA programs persist in the engine's one
-  compilation cache (``study.compilation_cache_dir`` of the main job's cache directory,
-  ``pipeline.cache_dir``: the suite's too), so a warm rerun skips compiling them."""
+  compilation cache (``study.compilation_cache_dir`` of the config's cache directory,
+  ``study.experiment_cache_dir``, as the suite's), so a warm rerun skips compiling them."""
   if not cfg.compilation_cache:
     return
-  from platonic_jax import pipeline, study
-  study.use_compilation_cache(pipeline.cache_dir(cfg))
+  from platonic_jax import study
+  study.use_compilation_cache(study.experiment_cache_dir(cfg))
 
 
 def build_world(cfg, log: Callable[[str], None] | None = None):
   """The config's toy world (pretrained, or loaded from the cache), restricted to
-  ``cfg.families`` when it names some; ``log`` gets its progress lines, indented."""
+  ``cfg.data.families`` when it names some; ``log`` gets its progress lines, indented."""
   from platonic_jax.data.toyworld import build_world as build
 
-  return build(cfg.world, log=None if log is None else (lambda s: log("  " + s)),
-               families=tuple(cfg.families) or None)
+  return build(cfg.data.world, log=None if log is None else (lambda s: log("  " + s)),
+               families=tuple(cfg.data.families) or None)
 
 
 def prepare(cfg, who: str, log: Callable[[str], None]):
@@ -129,7 +132,7 @@ def prepare(cfg, who: str, log: Callable[[str], None]):
   from platonic_jax import pipeline
 
   configure(cfg, who)
-  families = tuple(cfg.families) or tuple(cfg.world.families)
+  families = tuple(cfg.data.families) or tuple(cfg.data.world.families)
   if len(families) < 2:
     raise ValueError(f"{who} needs at least two families, got {list(families)}")
   use_compilation_cache(cfg)

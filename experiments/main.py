@@ -3,8 +3,9 @@
     python -m experiments.main --workdir=/tmp/pj_main
     python -m experiments.main --config=experiments/configs/main.py:micro --workdir=/tmp/pj_micro
 
-A config with an ``experiment`` field (``experiments/configs/table*.py``) runs that paper
-table's resumable sweep instead (``experiments.suite``: ``experiments.tables`` runs it,
+The config is the suite's schema (``experiments/configs/common.py``) with ``experiment`` "main";
+a config of another experiment (``experiments/configs/table*.py``) runs that paper table's
+resumable sweep instead (``experiments.suite``: ``experiments.tables`` runs it,
 ``experiments.report`` renders it):
 
     python -m experiments.main --config=experiments/configs/table1_addition.py:micro --workdir=/tmp/t1
@@ -57,16 +58,16 @@ def main(argv):
   launch.configure(config)  # refuse a bad config before building anything; seed it
   launch.check_workdir(_WORKDIR.value)
   launch.use_compilation_cache(config)
-  subset = tuple(config.families) or None
-  if _KEEP_MEMORY.value and all(is_cached(config.world, f)
-                                for f in subset or tuple(config.world.families)):
+  subset = tuple(config.data.families) or None
+  if _KEEP_MEMORY.value and all(is_cached(config.data.world, f)
+                                for f in subset or tuple(config.data.world.families)):
     # Warm runs only: the tunables speed the pipeline up (169 s against 248 s warm, default
     # world, 2 cores) but slow contrastive pretraining down (clip-a 107 s against 75 s).
     from experiments import malloc_env
     malloc_env.reexec_with_tunables("experiments.main", sys.argv[1:])
   # After the re-exec (a re-executed process joins the others once), before any device is used.
   launch.start_distributed()
-  log(f"[0/5] toy world '{config.world.variant}' seed {config.seed}: pretraining or cache")
+  log(f"[0/5] toy world '{config.data.world.variant}' seed {config.seed}: pretraining or cache")
   world = launch.build_world(config, log)
   pipeline.run(world, config, _WORKDIR.value, log=log)
   print(launch.where(_WORKDIR.value, [

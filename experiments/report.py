@@ -67,8 +67,8 @@ def render_main_job(records: Sequence[dict], summary: dict | None) -> str:
   controls = [t for t in cell["accuracy"] if t not in cell["tasks"]]
   if summary and sorted(summary.get("controls", [])) == sorted(controls):
     controls = list(summary["controls"])  # the order the job printed its columns in
-  parts = [f"## main job ({len(records)} records)\n", "```",
-           format_tables(records, controls).strip(), "```\n"]
+  parts = [f"## main job ({len(records)} records)\n", format_tables(records, controls).strip(),
+           ""]
   if summary:
     for k in ("oracle_retention", "consensus_retention"):
       if k in summary:
@@ -133,7 +133,7 @@ def skipped(paths: Sequence[str]) -> dict[str, list[str]]:
 
 def render(by_experiment: dict[str, list[dict]],
            skipped_examples: dict[str, list[str]] | None = None) -> str:
-  parts = [f"# Results\n"]
+  parts = ["# Results\n"]
   for exp in tables.EXPERIMENTS:
     if exp in by_experiment:
       recs = by_experiment[exp]

@@ -19,13 +19,13 @@ def default_workdir(config) -> str:
 
 def main(config, workdir: str | None, log: Callable[[str], None] = print) -> tables.Outcome:
   """The launcher's half (``experiments.main``): compilation cache, run, report."""
-  from platonic_jax.study import use_compilation_cache
   from platonic_jax.sweep import check_writable_dir
+
+  from experiments.launch import use_compilation_cache
   tables.get(config.experiment)  # fail on an unknown experiment before any model is loaded
   workdir = workdir or default_workdir(config)
   check_writable_dir(workdir, "--workdir")  # and on a workdir it could not write
-  if config.compilation_cache:
-    use_compilation_cache(config.cache_dir)
+  use_compilation_cache(config)  # the engine's one root, the main job's too
   log(f"experiment {config.experiment} ({config.variant}) -> {workdir}")
   outcome = tables.run(config, workdir, log=log)
   md, pngs = report.write([os.path.join(workdir, tables.RESULTS)], workdir)

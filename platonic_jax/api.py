@@ -38,15 +38,14 @@ from platonic_jax.core.analysis import (agreement, calibration_factor, consensus
                                         random_utd, shared_residual)
 from platonic_jax.core.bank import MissingOperatorError, OperatorBank, TargetMismatchError
 from platonic_jax.core.baselines import weight_space_arithmetic
-from platonic_jax.core.descriptor import Descriptor, Provenance, affinity
+from platonic_jax.core.descriptor import Descriptor, Provenance, affinity, l2_normalize
 from platonic_jax.core.grid import Grid, make_grid
 from platonic_jax.core.head_edit import fold_head_edit, head_features, solve_head_edit
 from platonic_jax.core.operator import Operator, apply_operators, compose_operators
 from platonic_jax.core.select import DEFAULT_RIDGES, Selection, select_rank_ridge
 from platonic_jax.core.solve import solve_head_delta, solve_operator
 from platonic_jax.core.train import finetune_source, load_adapter, save_adapter
-from platonic_jax.embed import (class_embeddings, embed_audio, embed_images, embed_texts,
-                                l2_normalize)
+from platonic_jax.embed import class_embeddings, embed_audio, embed_images, embed_texts
 from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.convert.registry import FAMILIES
 from platonic_jax.progress import progress_enabled, set_progress

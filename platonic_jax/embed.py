@@ -20,20 +20,24 @@ import numpy as np
 from flax import nnx
 
 from platonic_jax import kernels
+from platonic_jax.core.descriptor import l2_normalize
 from platonic_jax.models import layers
 from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.models.preprocess import NaflexInputs
 from platonic_jax.parallel import mesh as mesh_lib
+from platonic_jax.validate import check_finite_rows
 
 # Number of times an embedding function was traced (i.e. compiled); tests read it.
 TRACE_COUNT = {"image": 0, "text": 0, "audio": 0}
 TEXT_BUCKET = 8
 
 
-def l2_normalize(x, axis=-1, eps=1e-12):
-  """Row-wise L2 normalisation ``x (n, d) -> (n, d)`` (any leading axes), computed in fp32."""
-  x = jnp.asarray(x, jnp.float32)
-  return x * jax.lax.rsqrt(jnp.maximum(jnp.sum(x * x, axis=axis, keepdims=True), eps * eps))
+EPS = 1e-12  # the embeddings' normalisation floor: a zero embedding stays zero
+
+
+def _unit(z):
+  """Embeddings ``(n, d)`` as unit rows in float32 (``core.descriptor.l2_normalize`` at ``EPS``)."""
+  return l2_normalize(z, eps=EPS, dtype=jnp.float32)
 
 
 def _cast_state(state, dtype):
@@ -58,19 +62,19 @@ def _compiled_for(graphdef, kind: str, mesh, dtype_name: str, normalize: bool, a
     TRACE_COUNT["image"] += 1
     module = nnx.merge(graphdef, state)
     z = module.encode_image(pixels.astype(dtype), *extra)
-    return l2_normalize(z) if normalize else z.astype(jnp.float32)
+    return _unit(z) if normalize else z.astype(jnp.float32)
 
   def text_fn(state, ids, mask):
     TRACE_COUNT["text"] += 1
     module = nnx.merge(graphdef, state)
     z = module.encode_text(ids, mask)
-    return l2_normalize(z) if normalize else z.astype(jnp.float32)
+    return _unit(z) if normalize else z.astype(jnp.float32)
 
   def audio_fn(state, features, is_longer):
     TRACE_COUNT["audio"] += 1
     module = nnx.merge(graphdef, state)
     z = module.encode_audio(features.astype(dtype), is_longer)
-    return l2_normalize(z) if normalize else z.astype(jnp.float32)
+    return _unit(z) if normalize else z.astype(jnp.float32)
 
   def traced_with_attention(fn):
     @functools.wraps(fn)
@@ -153,18 +157,6 @@ def _run_batches(fn: Callable, state, arrays: Sequence[np.ndarray], n: int, batc
   return np.concatenate([np.asarray(o)[:k] for o, k in outs])
 
 
-def check_finite(x: np.ndarray, what: str, chunk: int = 256) -> None:
-  """Raises ValueError naming the rows of ``x (n, ...)`` that hold NaN or inf (checked on the
-  host, ``chunk`` rows at a time)."""
-  bad = [start + int(i) for start in range(0, x.shape[0], chunk)
-         for i in np.flatnonzero(~np.isfinite(x[start:start + chunk]).reshape(
-             min(chunk, x.shape[0] - start), -1).all(axis=1))]
-  if bad:
-    shown = ", ".join(map(str, bad[:20])) + (", ..." if len(bad) > 20 else "")
-    raise ValueError(f"{what} rows [{shown}] ({len(bad)} of {x.shape[0]}) hold NaN or inf "
-                     "values")
-
-
 def _image_inputs(model: DualEncoder) -> tuple[str, ...]:
   """Names of ``encode_image``'s inputs: ("pixel_values",), or NaFlex's three."""
   return tuple(getattr(model.module, "image_inputs", ("pixel_values",)))
@@ -194,7 +186,7 @@ def _prepare_naflex(model: DualEncoder, inputs) -> list[np.ndarray]:
   if not np.issubdtype(shapes.dtype, np.integer):
     raise ValueError(f"spatial_shapes must be integers (n, 2), got {shapes.dtype}")
   model.module.vision_model.check_inputs(pv, mask, shapes)  # ValueError naming the problem
-  check_finite(pv, "pixel_values")
+  check_finite_rows(pv, "pixel_values")
   return [pv.astype(np.float32, copy=False), (mask > 0).astype(np.int32),
           shapes.astype(np.int32)]
 
@@ -230,7 +222,7 @@ def _prepare_images(model: DualEncoder, images) -> list[np.ndarray]:
                      f"{h}x{w} (array shape (n, {c}, {h}, {w}))")
   if not np.issubdtype(images.dtype, np.floating):
     raise ValueError(f"preprocessed images must be floating point, got {images.dtype}")
-  check_finite(images, "images")
+  check_finite_rows(images, "images")
   return [images.astype(np.float32, copy=False)]
 
 
@@ -347,7 +339,7 @@ def embed_audio_features(model: DualEncoder, input_features, is_longer=None, *,
   if is_longer.shape != (n,):
     raise ValueError(f"is_longer must have one entry per example ({n}), got {is_longer.shape}")
   model.module.audio_model.audio_encoder.check_inputs(x, is_longer)
-  check_finite(x, "input_features")
+  check_finite_rows(x, "input_features")
   mesh = mesh or mesh_lib.data_mesh()
   batch = _batch_size(batch_size, mesh)
   graphdef, state = nnx.split(model.module)
@@ -394,5 +386,5 @@ def class_embeddings_many(model: DualEncoder, heads: Sequence[tuple[Sequence[str
   for c, t in shapes:
     zi = z[start:start + c * t].reshape(c, t, -1)
     start += c * t
-    out.append(np.asarray(l2_normalize(zi.mean(axis=1))))
+    out.append(np.asarray(_unit(zi.mean(axis=1))))
   return out

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import math
 import os
 import time
 from typing import Any, Callable, Mapping, Sequence
@@ -31,9 +30,9 @@ import numpy as np
 
 from platonic_jax.core import options
 from platonic_jax.core.analysis import CONSENSUS
-from platonic_jax.core.descriptor import check_int
 from platonic_jax.core.select import check_rule
 from platonic_jax.study import adapter_kwargs, cell_accuracies  # noqa: F401  (re-exported)
+from platonic_jax.validate import check_int, check_number, check_unique
 
 METHODS = ("closed_form", "consensus", "adapter", "oracle", "random_utd", "weight_space")
 CELLS = "cells.jsonl"  # the sweep's records: one per finished cell, read back on a rerun
@@ -168,50 +167,22 @@ def summarize(records: Sequence[dict]) -> dict:
 
 
 def format_tables(records: Sequence[dict], controls: Sequence[str]) -> str:
-  """The paper's Table 1 (addition) and Table 2 (negation) layouts.
+  """The paper's Table 1 (addition) and Table 2 (negation) in the layout every experiment
+  prints them in (``platonic_jax.eval.layout``: each entry a mean accuracy in percent with its
+  change in points from the zero-shot of the row's own cells, and the row's cell count)."""
+  from platonic_jax.eval import layout
 
-  Each entry is a mean test accuracy in percent followed, in brackets, by its change in points
-  from the zero-shot accuracy of the row's own cells (a row over a subset of the cells, the
-  adapter's say, is read against that subset's zero-shot, not the block's); the last column
-  counts the row's cells.
-  """
-  lines = []
-  names = {"zero_shot": "Zero-shot", "weight_space": "Weight-space arithmetic",
-           "closed_form": "Ours, closed form", "consensus": "Ours, consensus",
-           "adapter": "Ours, adapter", "oracle": "Oracle",
-           "random_utd": "Random-UTD"}
-  for kind, cols in (("addition", ["Task A", "Task B"]), ("negation", ["Removed task"])):
-    title = ("Table 1: addition (closed form at alpha, adapter at full strength)" if kind == "addition"
-             else "Table 2: negation")
-    lines += ["", title + "; accuracy % (change in points from the zero-shot of the row's own "
-              "cells)"]
-    header = (f"{'Method':<26s}" + "".join(f"{c:>17s}" for c in cols + list(controls))
-              + f"{'cells':>7s}")
-    for setting, label in (("same_model", "Source and target are the same model"),
-                           ("cross_model", "Source and target are different models")):
-      base = [r for r in records if r["kind"] == kind and r["setting"] == setting
-              and r["method"] == "closed_form"]
-      if not base:
-        continue
-      lines += [label, header]
-
-      def row(name, rs, zero=False):
-        acc, delta = [], []
-        for r in rs:
-          keys = list(r["tasks"]) + list(controls)
-          acc.append([r["accuracy"][t] - (r["delta"][t] if zero else 0.0) for t in keys])
-          delta.append([0.0 if zero else r["delta"][t] for t in keys])
-        a, d = np.mean(np.asarray(acc), axis=0), np.mean(np.asarray(delta), axis=0)
-        vals = [f"{x:17.2f}" if zero else f"{x:9.2f} ({y:+5.1f})" for x, y in zip(a, d)]
-        return f"{name:<26s}" + "".join(f"{v:>17s}" for v in vals) + f"{len(rs):7d}"
-
-      lines.append(row(names["zero_shot"], base, zero=True))
-      for method in ("weight_space", "closed_form", "consensus", "adapter", "oracle", "random_utd"):
-        rs = [r for r in records if r["kind"] == kind and r["setting"] == setting
-              and r["method"] == method]
-        if rs:
-          lines.append(row(names[method], rs))
-  return "\n".join(lines)
+  def rows(kind):
+    out = []
+    for r in records:
+      if r["kind"] == kind:
+        keys = list(r["tasks"]) + list(controls)
+        acc = [r["accuracy"][t] for t in keys]
+        out.append(layout.Row(r["setting"], r["method"], acc,
+                              [a - r["delta"][t] for a, t in zip(acc, keys)]))
+    return out
+  return "\n".join(x for x in (layout.table1(rows("addition"), controls),
+                               layout.table2(rows("negation"), controls)) if x)
 
 
 def plot_negation_curve(curve: dict, path: str, zero_shot: Mapping[str, float] | None = None) -> str:
@@ -234,34 +205,20 @@ def plot_negation_curve(curve: dict, path: str, zero_shot: Mapping[str, float] |
 
 
 def task_names(cfg, downstream: Sequence[str]) -> list[str]:
-  """The downstream tasks ``cfg.tasks`` names (every one of ``downstream`` when empty);
+  """The downstream tasks ``cfg.data.tasks`` names (every one of ``downstream`` when empty);
   ValueError naming any the world does not have, or any named twice."""
-  names = list(cfg.tasks) or list(downstream)
+  names = list(cfg.data.tasks) or list(downstream)
   unknown = sorted(set(names) - set(downstream))
   if unknown:
     raise ValueError(f"unknown downstream tasks {unknown}; the world has {list(downstream)}")
-  _check_unique("downstream tasks", names)
+  check_unique("downstream tasks", names)
   return names
-
-
-def _check_unique(what: str, names: Sequence[str]) -> None:
-  repeated = sorted({n for n in names if list(names).count(n) > 1})
-  if repeated:
-    raise ValueError(f"repeated {what} {repeated}")
-
-
-def _check_number(name: str, v, *, low: float, strict: bool) -> None:
-  ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        and (v > low if strict else v >= low))
-  if not ok:
-    raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {low:g}, "
-                     f"got {v!r}")
 
 
 def check_config(cfg, downstream: Sequence[str]) -> list[str]:
   """Refuses a main-job config before anything is built, with a ValueError naming the problem:
   unknown or repeated downstream tasks (``task_names``), fewer than two of them (addition cells
-  compose task pairs), families that ``cfg.world`` does not have or that are named twice, an
+  compose task pairs), families that ``cfg.data.world`` does not have or that are named twice, an
   unknown ``selection_rule``, strengths (``alpha``, ``negation_lambda``,
   ``weight_space_lambda``) that are not finite and > 0, ``negation_strengths`` that are not a
   non-empty list of finite numbers >= 0, ``folds`` below 2, ``adapter.cells`` below 0. Returns
@@ -271,15 +228,15 @@ def check_config(cfg, downstream: Sequence[str]) -> list[str]:
     raise ValueError(f"the main job needs at least two downstream tasks (addition composes "
                      f"pairs), got {names}")
   from platonic_jax.data.toyworld.world import check_families
-  check_families(cfg.world, list(cfg.get("families") or ()))
+  check_families(cfg.data.world, list(cfg.data.families))
   check_rule(cfg.get("selection_rule", "min"))
   for name in ("alpha", "negation_lambda", "weight_space_lambda"):
-    _check_number(name, cfg[name], low=0, strict=True)
+    check_number(name, cfg[name], low=0, strict=True)
   strengths = cfg.negation_strengths
   if isinstance(strengths, (str, bytes)) or not isinstance(strengths, Sequence) or not strengths:
     raise ValueError(f"negation_strengths must be a non-empty list of numbers, got {strengths!r}")
   for v in strengths:
-    _check_number("every negation strength", v, low=0, strict=False)
+    check_number("every negation strength", v, low=0, strict=False)
   check_int("folds", cfg.folds, 2)
   check_int("adapter.cells", cfg.adapter.cells, 0)
   export_cells(cfg, names)
@@ -312,8 +269,8 @@ def export_cells(cfg, names: Sequence[str]) -> list[tuple[str, str, str, str, tu
     raise ValueError("export_cells must be a tuple of cells, e.g. "
                      "--config.export_cells=\"('clip-a<-siglip-b:shape+color',)\"")
   specs = list(cfg.get("export_cells", ()) or ())
-  _check_unique("export cells", specs)
-  families = list(cfg.get("families") or ()) or list(cfg.world.families)
+  check_unique("export cells", specs)
+  families = list(cfg.data.families) or list(cfg.data.world.families)
   out = []
   for spec in specs:
     kind, tg, s, cell_tasks = parse_cell(spec)
@@ -324,9 +281,9 @@ def export_cells(cfg, names: Sequence[str]) -> list[tuple[str, str, str, str, tu
     if unknown or len(set(cell_tasks)) != len(cell_tasks):
       raise ValueError(f"export cell {spec!r}: tasks must be distinct downstream tasks of this "
                        f"run {list(names)}")
-    if cfg.world.families[tg].get("arch", "clip") != "clip":
+    if cfg.data.world.families[tg].get("arch", "clip") != "clip":
       raise ValueError(f"export cell {spec!r}: target {tg!r} is a residual-head family "
-                       f"({cfg.world.families[tg].arch}); its closed form is the embedding "
+                       f"({cfg.data.world.families[tg].arch}); its closed form is the embedding "
                        "operator, which no checkpoint holds")
     out.append((spec, kind, tg, s, cell_tasks))
   return out
@@ -367,24 +324,15 @@ class Prepared:
   study: Any = None
 
 
-def cache_dir(cfg) -> str:
-  """The engine's cache of a main-job config: ``cfg.cache_dir``, else ``experiments/`` under the
-  toy world's cache root (``$PLATONIC_JAX_CACHE`` or ~/.cache/platonic_jax, as the suite's)."""
-  from platonic_jax.data.toyworld.world import cache_root
-  return cfg.get("cache_dir") or os.path.join(cache_root(cfg.world), "experiments")
-
-
 def make_study(world, cfg, names: Sequence[str], log: Callable[[str], None] = print):
-  """The main job's ``Study`` of a built world: its families, the downstream ``names`` and the
-  world's controls, the config's source recipe, selection and method options."""
-  from platonic_jax.study import Study, method_options
-  controls = list(world.controls)
+  """The main job's ``Study`` of a built world (``study.from_config``, as every experiment's):
+  its families, the downstream ``names`` and the world's controls, the config's source recipe,
+  selection and method options."""
+  from platonic_jax.study import from_config
   if CONSENSUS in world.models:
     raise ValueError(f"a family may not be named {CONSENSUS!r}: that name holds the consensus "
                      "operators")
-  return Study(world.models, {t: world.tasks[t] for t in list(names) + controls},
-               cache_dir=cache_dir(cfg), downstream=names, controls=controls, source=cfg.source,
-               seed=cfg.seed, folds=cfg.folds, log=log, **method_options(cfg))
+  return from_config(cfg, log=log, world=world, downstream=names)
 
 
 def prepare(world, cfg, log: Callable[[str], None] = print) -> Prepared:

@@ -739,17 +739,33 @@ def default_cache_dir() -> str:
   return os.path.join(root, "experiments")
 
 
-def from_config(config, *, log: Callable[[str], None] = print, world=None) -> Study:
-  """The study a suite config describes.
+def experiment_cache_dir(config) -> str:
+  """The engine's cache of a config (embeddings, sources, the operator bank; its ``xla/`` the
+  compilation cache): ``config.cache_dir``, else ``experiments/`` under the toy world's cache
+  root (``data.world.cache_dir``, else $PLATONIC_JAX_CACHE or ~/.cache/platonic_jax) for a toy
+  study, else ``default_cache_dir()``."""
+  if config.get("cache_dir"):
+    return config.cache_dir
+  if config.data.source == "toy":
+    from platonic_jax.data.toyworld.world import cache_root
+    return os.path.join(cache_root(config.data.world), "experiments")
+  return default_cache_dir()
+
+
+def from_config(config, *, log: Callable[[str], None] = print, world=None,
+                downstream: Sequence[str] | None = None) -> Study:
+  """The study a config describes (a suite table's or the main job's: one schema,
+  ``experiments/configs/common.py``), cached under ``experiment_cache_dir(config)``.
 
   ``config.data.source`` "toy": the toy world of ``config.data.world`` (built, or loaded from
   its cache; ``world`` may pass one already built from the same config) with
   ``config.data.families`` (empty: all). "real": ``config.data.models`` {name: Hugging Face id
   or local directory} loaded by ``platonic_jax.load_model`` and the tasks of the data
-  registry read from ``config.data.root``.
+  registry read from ``config.data.root``. downstream: the downstream tasks (default
+  ``config.data.tasks``, empty: the toy world's).
   """
   data = config.data
-  downstream = list(data.tasks)
+  downstream = list(data.tasks if downstream is None else downstream)
   extra = list(data.get("extra_tasks", []))
   if data.source == "toy":
     from platonic_jax.data.toyworld import build_world
@@ -773,7 +789,7 @@ def from_config(config, *, log: Callable[[str], None] = print, world=None) -> St
     controls = list(data.controls)
   else:
     raise ValueError(f"config.data.source must be 'toy' or 'real', got {data.source!r}")
-  return Study(models, tasks, cache_dir=config.cache_dir or default_cache_dir(),
+  return Study(models, tasks, cache_dir=experiment_cache_dir(config),
                downstream=downstream, controls=controls, source=config.source, seed=config.seed,
                folds=config.folds, log=log, **method_options(config))
 

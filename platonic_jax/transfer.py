@@ -39,11 +39,12 @@ from platonic_jax.core import select as select_lib
 from platonic_jax.core import solve as solve_lib
 from platonic_jax.core import train
 from platonic_jax.core.analysis import calibration_factor
-from platonic_jax.core.descriptor import Descriptor, Provenance, check_int, check_labels
+from platonic_jax.core.descriptor import Descriptor, Provenance
 from platonic_jax.core.grid import Grid, make_grid
 from platonic_jax.core.operator import Operator
 from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.models.preprocess import NaflexInputs
+from platonic_jax.validate import check_int, check_labels
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

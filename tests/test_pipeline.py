@@ -185,10 +185,10 @@ def test_check_config_accepts_every_variant():
 
 
 @pytest.mark.parametrize("overrides,match", [
-    (dict(tasks=("shape",)), "at least two downstream tasks"),
-    (dict(tasks=("shape", "shape", "color")), r"repeated downstream tasks \['shape'\]"),
-    (dict(families=("clip-a", "clip-z")), r"unknown families \['clip-z'\]"),
-    (dict(families=("clip-a", "clip-a")), r"repeated families \['clip-a'\]"),
+    (dict(data__tasks=("shape",)), "at least two downstream tasks"),
+    (dict(data__tasks=("shape", "shape", "color")), r"repeated downstream tasks \['shape'\]"),
+    (dict(data__families=("clip-a", "clip-z")), r"unknown families \['clip-z'\]"),
+    (dict(data__families=("clip-a", "clip-a")), r"repeated families \['clip-a'\]"),
     (dict(alpha=float("nan")), "alpha must be a finite number > 0"),
     (dict(negation_lambda=-1.0), "negation_lambda must be a finite number > 0"),
     (dict(weight_space_lambda=0.0), "weight_space_lambda must be a finite number > 0"),
@@ -281,10 +281,11 @@ def test_format_tables_reads_each_row_against_its_own_cells():
             "delta": {"a": acc - zs, "b": acc - zs, "c": -1.0}}
   text = pipeline.format_tables([rec("closed_form", 50, 40), rec("closed_form", 60, 40),
                                  rec("adapter", 40, 20)], ["c"])
-  rows = {line[:26].strip(): line[26:].split() for line in text.splitlines()
-          if line[:26].strip() in ("Zero-shot", "Ours, closed form", "Ours, adapter")}
+  rows = {cols[0]: cols[1:] for cols in ([x.strip() for x in line.strip("|").split("|")]
+                                         for line in text.splitlines() if line.startswith("|"))}
+  assert rows["Method"] == ["Task A ↑", "Task B ↑", "c", "cells"]
   assert rows["Zero-shot"] == ["40.00", "40.00", "31.00", "2"]
-  assert rows["Ours, closed form"] == ["55.00", "(+15.0)", "55.00", "(+15.0)", "30.00", "(",
-                                       "-1.0)", "2"]
-  # 40 % is a loss against the block's zero-shot (40) but +20 against its own cells' (20)
-  assert rows["Ours, adapter"][:2] == ["40.00", "(+20.0)"] and rows["Ours, adapter"][-1] == "1"
+  assert rows["Ours, closed form"] == ["55.00 (+15.0)", "55.00 (+15.0)", "30.00 (-1.0)", "2"]
+  assert "change in points from the zero-shot of the row's own cells" in text
+  assert "different models (2 cells)" in text and "Table 2" not in text  # no negation record
+  assert rows["Ours, adapter"] == ["40.00 (+20.0)", "40.00 (+20.0)", "30.00 (-1.0)", "1"]

@@ -1,6 +1,8 @@
-"""The fields every experiment-suite config shares (``experiments/configs/table*.py``).
+"""The one config schema: the fields every experiment's config shares, the paper tables'
+(``experiments/configs/table*.py``) and the main job's (``experiments/configs/main.py``).
 
-Each table config calls ``base(experiment, arg)`` and then sets its own fields. ``arg``:
+Each table config calls ``base(experiment, arg)`` and then sets its own fields; the main job's
+builds on ``schema`` with its own world variants and adds the fields only it reads. ``arg``:
 
   "" (default): the paper's models (Table 11) and tasks, read from ``--config.data.root``.
   "toy": the full toy world (``experiments/configs/toy_world.py``), all four families.
@@ -8,7 +10,8 @@ Each table config calls ``base(experiment, arg)`` and then sets its own fields. 
     (what the tests run).
 
 Fields:
-  experiment: which ``experiments.tables`` module runs (the launcher dispatches on it).
+  experiment: which ``experiments.tables`` module runs (the launcher dispatches on it; "main":
+    the main job, ``platonic_jax.pipeline``).
   variant, seed: the arg above; the seed of selection folds, random-UTD draws, adapter cells.
   data.source: "real" or "toy". data.world: the toy world config. data.families: toy families
     used (empty: all). data.models: {name: Hugging Face id or local dir} (real). data.tasks:
@@ -122,22 +125,23 @@ def method_options(c: ml_collections.ConfigDict, **values) -> ml_collections.Con
   return c
 
 
-def base(experiment: str, arg: str | None) -> ml_collections.ConfigDict:
-  variant = arg or "default"
-  if variant not in VARIANTS:
-    raise ValueError(f"unknown variant {arg!r} for {experiment}; use one of "
-                     f"'' (paper models), 'toy', 'micro'")
+def schema(experiment: str, variant: str, world: ml_collections.ConfigDict | None = None
+           ) -> ml_collections.ConfigDict:
+  """Every field of the schema (the docstring above) at its default: the paper's models and
+  tasks when ``world`` is None, else that toy world with all its families and tasks. ``base``
+  builds the table configs on it, ``experiments/configs/main.py`` the main job's."""
+  real = world is None
   c = ml_collections.ConfigDict()
   c.experiment = experiment
   c.variant = variant
   c.seed = 0
   c.data = ml_collections.ConfigDict()
-  c.data.source = "real" if variant == "default" else "toy"
-  c.data.world = toy_world.get_config("micro" if variant == "micro" else None)
+  c.data.source = "real" if real else "toy"
+  c.data.world = toy_world.get_config() if real else world
   c.data.families = ()
-  c.data.models = dict(MODELS) if variant == "default" else {}
-  c.data.tasks = TASKS if variant == "default" else ()
-  c.data.controls = CONTROLS if variant == "default" else ()
+  c.data.models = dict(MODELS) if real else {}
+  c.data.tasks = TASKS if real else ()
+  c.data.controls = CONTROLS if real else ()
   c.data.extra_tasks = ()
   c.data.root = ""
   c.data.n_probes = 500
@@ -148,12 +152,24 @@ def base(experiment: str, arg: str | None) -> ml_collections.ConfigDict:
   c.alpha = 0.5
   c.negation_lambda = 1.0
   c.weight_space_lambda = 0.5
-  c.distinct_sources = variant != "micro"
+  c.distinct_sources = True
   c.adapter = ml_collections.ConfigDict(dict(rank=16, steps=500, lr=1e-3, batch=64, cells=8,
                                               keep=0.0))
   method_options(c)
   c.cache_dir = ""
   c.compilation_cache = True
+  return c
+
+
+def base(experiment: str, arg: str | None) -> ml_collections.ConfigDict:
+  variant = arg or "default"
+  if variant not in VARIANTS:
+    raise ValueError(f"unknown variant {arg!r} for {experiment}; use one of "
+                     f"'' (paper models), 'toy', 'micro'")
+  world = None if variant == "default" else toy_world.get_config(
+      "micro" if variant == "micro" else None)
+  c = schema(experiment, variant, world)
+  c.distinct_sources = variant != "micro"
   if variant == "toy":
     c.source.update(steps=300, lr=3e-3)
     c.adapter.update(steps=300, lr=2e-3, cells=4)

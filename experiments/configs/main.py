@@ -8,18 +8,29 @@
 Variants: '' (default) the toy world, 'micro' the test suite's world, 'wide' the default world
 with wider towers (``toy_world.get_config("wide")``; outside the main job's time budgets),
 'lookalike' the default world with look-alike classes swapped in the captions (the main job's
-world until the distant pairs of ``toy_world.get_config()``). What each choice below was
+world until the distant pairs of ``toy_world.get_config()``), 'samearch' / 'micro-samearch'
+those worlds with a differently pretrained twin of one family. What each choice below was
 measured against is in docs/results/ (one page per study).
+
+The config is a suite config (``experiments/configs/common.py``: the same fields, meaning the
+same) with ``experiment = "main"`` on the toy world; what the main job sets differently, or
+adds, is below. The fields of ``common.py`` it reads as the suite does: ``data.world`` (the toy
+world, ``experiments/configs/toy_world.py``; its ``seed`` follows ``seed``), ``data.families``
+and ``data.tasks`` (subsets of the world's families and downstream tasks, empty: all; tuples,
+so the command line takes them: ``--config.data.families="('clip-a', 'clip-b')"``),
+``data.controls`` (empty: the world's), ``folds``, ``alpha`` / ``negation_lambda`` /
+``weight_space_lambda`` (all three finite and > 0; the negation cells subtract at
+``negation_lambda``, the closed form's operator and the weight-space task vector alike),
+``cache_dir`` ("" -> ``experiments/`` under the world's cache root, where the suite keeps its
+own: a rerun, or a suite table on the same cells, loads them) and ``compilation_cache``.
 
 Fields:
   seed: seeds the world, the fine-tunes, the selection folds, the random-UTD draws and the
-    adapter cells (``--config.seed=N`` sets all of them; ``world.seed`` follows it).
-  world: the toy world (``experiments/configs/toy_world.py``).
+    adapter cells (``--config.seed=N`` sets all of them; ``data.world.seed`` follows it).
   source: the labeled rank-4 source fine-tunes (steps, lr, batch). 800 steps at batch 32 and
     lr 2e-2 train them close to convergence: the fewest steps within a point of 1200's mean
     ceiling on the look-alike world, the highest ceiling on the current one
     (docs/results/lookalike_world.md, docs/results/source_steps_and_keep.md).
-  folds: K of the label-free (rank, ridge) selection.
   include_ceiling: the selection's rank grid also holds the ceiling min(C-1, d) when it is not
     a power of two (``select.default_ranks``). On: with 3-10 classes the powers of two alone
     never try the full rank of a 4-class task (only rank 2) and stop at 4 for 6-8 classes,
@@ -35,37 +46,28 @@ Fields:
     spreads on the grid; same-model cells are unchanged). Not in METHOD's definition, hence an
     option; on by default because models of different families spread their cosines
     differently (docs/results/calibration.md).
-  alpha / negation_lambda: the strengths of addition and negation: the closed form's alpha per
-    term, and the lambda every negation cell subtracts at, the closed form's operator and the
-    weight-space baseline's task vector alike (the issue's negation cells at lambda = 1). All
-    three strengths must be finite and > 0.
-  weight_space_lambda: the weight-space baseline's lambda per task vector in addition (METHOD's
-    default 0.5); its negation cells use negation_lambda.
-  adapter: the adapter realization (rank 16, steps, lr, batch, keep) and how many addition and
-    negation cells it runs on (a seeded subset that the output names). It fits each term's
-    probes. cells = 8 gives each of the four targets one same-model and one cross-model cell of
-    each kind (``pipeline.choose_adapter_cells``); at 4 every target had one setting only
-    (clip-a and clip-c same-model, clip-b and siglip-d cross-model). 300 steps at lr 1e-2
-    (batch 32) is the recipe METHOD's label-free criterion picks, the reproduction error on
-    held-out probes (``python -m experiments.adapter_holdout
-    --recipes=150:2e-3,150:2e-2,300:1e-2,300:2e-2,600:2e-2``: each term fitted on 80 % of its
-    probes, the error read on the other 20 %; docs/results/main_job.md, and
-    docs/results/lookalike_world.md for the look-alike world's pick).
+  adapter: the adapter realization (rank 16, steps, lr, batch, keep). It fits each term's
+    probes. cells: how many addition and how many negation cells it runs on, in all (a seeded
+    subset that the output names; ``pipeline.choose_adapter_cells``, not the suite's count per
+    setting). cells = 8 gives each of the four targets one same-model and one cross-model cell
+    of each kind; at 4 every target had one setting only (clip-a and clip-c same-model, clip-b
+    and siglip-d cross-model). 300 steps at lr 1e-2 (batch 32) is the recipe METHOD's
+    label-free criterion picks, the reproduction error on held-out probes (``python -m
+    experiments.adapter_holdout --recipes=150:2e-3,150:2e-2,300:1e-2,300:2e-2,600:2e-2``: each
+    term fitted on 80 % of its probes, the error read on the other 20 %;
+    docs/results/main_job.md, and docs/results/lookalike_world.md for the look-alike world's
+    pick).
     keep: the weight of the adapter's off-span penalty (``platonic_jax.core.adapter``; not in
     METHOD, hence an option; 0 is METHOD's loss). On because METHOD's loss leaves every
     direction outside the grid's class span free and the LoRA moves them, which the controls
     read (docs/results/source_steps_and_keep.md, docs/results/lookalike_world.md).
-  negation_strengths: the strengths of Figure 2's curve.
-  families / tasks: subsets of the world's families and downstream tasks (empty: all); tuples,
-    so the command line takes them: ``--config.families="('clip-a', 'clip-b')"``.
+  distinct_sources: off: a cross-model cell of the main job draws both terms from one other
+    family (``pipeline.cells``).
+  negation_strengths: the strengths of Figure 2's curve (a non-empty list of finite numbers
+    >= 0).
   workers: source fine-tunes run at once, in threads (``Study.sources``): the
     sources are identical for any value; 2 keeps a 2-core CPU busy between the tiny models'
     step dispatches.
-  compilation_cache: keep compiled XLA programs in the engine's cache (``cache_dir``/xla; warm
-    reruns skip compilation).
-  cache_dir: the engine's cache of embeddings, source fine-tunes and operators
-    (``platonic_jax.study``; "" -> ``experiments/`` under the world's cache root, where the
-    suite keeps its own), content-keyed: a rerun, or a suite table on the same cells, loads them.
   random_draws: how random-UTD controls are seeded (``Study(random_draws=...)``): "run" splits
     ``jax.random.key(seed)`` in the order targets x tasks x sources (the main job's draws since
     it has had them), "cell" hashes each (target, task, source) (the suite's default).
@@ -84,30 +86,17 @@ from experiments.configs import common, toy_world
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   variant = toy_world.check_variant(arg, "main-job")
-  c = ml_collections.ConfigDict()
-  c.variant = variant
-  c.seed = 0
-  c.world = toy_world.get_config(variant)
-  c.source = ml_collections.ConfigDict(dict(rank=4, steps=800, lr=2e-2, batch=32, seed=0))
-  c.folds = 5
+  c = common.schema("main", variant, toy_world.get_config(variant))
+  c.source.update(steps=800, lr=2e-2, batch=32)
   common.method_options(c, calibrate=True, include_ceiling=True, random_draws="run",
                         workers=2)
-  c.alpha = 0.5
-  c.negation_lambda = 1.0
-  c.weight_space_lambda = 0.5
-  c.adapter = ml_collections.ConfigDict(dict(rank=16, steps=300, lr=1e-2, batch=32, cells=8,
-                                              keep=0.1))
+  c.distinct_sources = False
+  c.adapter.update(steps=300, lr=1e-2, batch=32, keep=0.1)
   c.negation_strengths = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0]
-  c.families = ()
-  c.tasks = ()
-  c.compilation_cache = True
-  c.cache_dir = ""
   c.export_cells = ()
   if variant in ("micro", "micro-samearch"):
     c.source.steps = 60
-    c.adapter.steps = 40
-    c.adapter.lr = 2e-2
-    c.adapter.cells = 2
+    c.adapter.update(steps=40, lr=2e-2, cells=2)
     c.negation_strengths = [0.0, 1.0, 2.0]
-    c.tasks = ("shape", "color", "position")
+    c.data.tasks = ("shape", "color", "position")
   return c

@@ -25,8 +25,6 @@ import numpy as np
 from experiments.tables import common as C
 
 NAME = "addition"
-METHODS = {"weight_space": "Weight-space arithmetic", "closed_form": "Ours, closed form",
-           "adapter": "Ours, adapter", "oracle": "Oracle", "random_utd": "Random-UTD"}
 
 
 def targets_sources(study, config) -> tuple[list[str], list[str]]:
@@ -108,23 +106,14 @@ def accumulate(study, config, cell) -> dict:
 # Rendering.
 
 
-def _cols(r, method):
-  m = r["metrics"]
-  accs = m["zero_shot"] if method == "zero_shot" else m["accuracy"][method]
-  return [accs[t] for t in r["cell"]["tasks"]] + [accs[c] for c in m["controls"]]
-
-
 def table1(records) -> str:
+  """Table 1 in the layout every experiment prints it in (``platonic_jax.eval.layout``)."""
+  from platonic_jax.eval import layout
   cells_ = [r for r in records if r["cell"]["kind"] == "cell"]
   if not cells_:
     return ""
-  controls = cells_[0]["metrics"]["controls"]
-  header = ["Method", "Task A ↑", "Task B ↑"] + controls
-  out = C.setting_tables(cells_, (C.SAME, C.CROSS, C.MIXED), header, METHODS, _cols)
-  alpha = cells_[0]["metrics"]["alpha"]
-  return ("### Table 1: addition, in percent\n\nThe closed form acts at alpha = "
-          f"{alpha:g}, the adapter at full strength, weight-space arithmetic at its lambda per "
-          "task vector; each block read against its own zero-shot row.\n\n" + "\n".join(out))
+  return layout.table1(C.layout_rows(cells_), cells_[0]["metrics"]["controls"],
+                       cells_[0]["metrics"]["alpha"])
 
 
 def _delta(r, method, t):

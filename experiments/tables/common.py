@@ -7,15 +7,15 @@ any machine.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from platonic_jax.eval import layout
+
 SAME, CROSS, MIXED = "same_model", "cross_model", "mixed"
-SETTING_TITLES = {SAME: "Source and target are the same model",
-                  CROSS: "Source and target are different models",
-                  MIXED: "One source is the target"}
 DASH = "—"
+md_table = layout.md_table  # every table's markdown, Tables 1 and 2's layout included
 
 
 def setting_of(target: str, sources: Sequence[str]) -> str:
@@ -107,15 +107,6 @@ def pm(values: Sequence[float], digits: int = 2, sign: bool = True) -> str:
   return f"{fmt(mean(values), digits, sign)} ± {fmt(std(values), digits)}"
 
 
-def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], title: str = "") -> str:
-  """A markdown table (first column left-aligned, the rest right-aligned)."""
-  lines = [f"**{title}**", ""] if title else []
-  lines.append("| " + " | ".join(header) + " |")
-  lines.append("|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|")
-  lines += ["| " + " | ".join(str(x) for x in r) + " |" for r in rows]
-  return "\n".join(lines) + "\n"
-
-
 def by(records: Sequence[dict], **cell) -> list[dict]:
   """The records whose cell matches every given field."""
   return [r for r in records if all(r["cell"].get(k) == v for k, v in cell.items())]
@@ -128,32 +119,18 @@ def column_means(rows: Sequence[Sequence[float]]) -> list[float]:
   return [mean([r[i] for r in rows]) for i in range(len(rows[0]))]
 
 
-def setting_tables(records, settings, header, methods, cols) -> list[str]:
-  """One markdown table per setting present in ``records``: a zero-shot row, then one row per
-  method (``method_rows``), titled with the setting and its cell count."""
+def layout_rows(records: Sequence[dict]) -> list:
+  """``platonic_jax.eval.layout.Row``s of cell records (Tables 1 and 2): one per (cell,
+  method), the cell's tasks then its controls, against the cell's zero-shot."""
+  from platonic_jax.eval.layout import Row
   out = []
-  for setting in settings:
-    block = [r for r in records if r["cell"]["setting"] == setting]
-    if not block:
-      continue
-    rows = [["Zero-shot"] + [fmt(v) for v in column_means([cols(r, "zero_shot") for r in block])]]
-    rows += method_rows(block, methods, cols, len(block))
-    out.append(md_table(header, rows, f"{SETTING_TITLES[setting]} ({len(block)} cells)"))
+  for r in records:
+    m = r["metrics"]
+    keys = list(r["cell"]["tasks"]) + list(m["controls"])
+    zero = [m["zero_shot"][t] for t in keys]
+    out += [Row(r["cell"]["setting"], method, [accs[t] for t in keys], zero)
+            for method, accs in m["accuracy"].items()]
   return out
-
-
-def method_rows(records: Sequence[dict], methods: Mapping[str, str], columns: Callable[[dict, str], list],
-                n_base: int) -> list[list[str]]:
-  """Rows ``[label, *means]`` for each method present; a label gets ``[k cells]`` when the
-  method ran on fewer cells than the block has."""
-  rows = []
-  for method, label in methods.items():
-    vals = [columns(r, method) for r in records if method in r["metrics"]["accuracy"]]
-    if not vals:
-      continue
-    suffix = f" [{len(vals)} cells]" if len(vals) != n_base else ""
-    rows.append([label + suffix] + [fmt(v) for v in column_means(vals)])
-  return rows
 
 
 def savefig(fig, path: str) -> str:

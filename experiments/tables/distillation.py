@@ -18,6 +18,8 @@ gradient_ascent (steps, lr, batch), targets / sources.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from experiments.tables import common as C
@@ -106,29 +108,27 @@ def compute(study, config, cell) -> dict:
 
 
 def _block(records, kind):
+  from platonic_jax.eval import layout
   rs = [r for r in records if r["cell"]["kind"] == kind]
   if not rs:
     return ""
   controls = rs[0]["metrics"]["controls"]
   if kind == "addition":
     a, b = rs[0]["cell"]["tasks"]
-    header = ["Addition", f"{a} ↑", f"{b} ↑"] + controls
-    cols = lambda r, m: [(r["metrics"]["zero_shot"] if m == "zero_shot" else
-                          r["metrics"]["accuracy"][m])[c] for c in [a, b] + controls]
+    columns = [f"{a} ↑", f"{b} ↑"] + controls
   else:
-    header = ["Negation", "Removed ↓"] + controls
-    cols = lambda r, m: [(r["metrics"]["zero_shot"] if m == "zero_shot" else
-                          r["metrics"]["accuracy"][m])[c] for c in r["cell"]["tasks"] + controls]
-  rows = [["Zero-shot"] + [C.fmt(v) for v in C.column_means([cols(r, "zero_shot") for r in rs])]]
-  rows += C.method_rows(rs, METHODS, cols, len(rs))
-  return C.md_table(header, rows, f"{kind.capitalize()} ({len(rs)} cells)")
+    columns = ["Removed ↓"] + controls
+  rows = [dataclasses.replace(r, setting=kind) for r in C.layout_rows(rs)]  # one block a kind
+  return layout.method_tables(rows, columns, title=None, methods=METHODS,
+                              blocks={kind: kind.capitalize()})
 
 
 def render(records) -> str:
+  from platonic_jax.eval import layout
   if not records:
     return ""
   m = records[0]["metrics"]
-  return (f"### Table 23: distillation and supervised tuning against both realizations, in "
-          f"percent (closed form at alpha = {m['alpha']:g} / lambda = {m['lambda']:g}, trained "
-          "routes at full strength)\n\n" + _block(records, "addition") + "\n"
-          + _block(records, "negation"))
+  return (f"### Table 23: distillation and supervised tuning against both realizations "
+          f"(closed form at alpha = {m['alpha']:g} / lambda = {m['lambda']:g}, trained routes at "
+          f"full strength)\n\n{layout.UNITS[0].upper() + layout.UNITS[1:]}.\n\n"
+          + _block(records, "addition") + "\n" + _block(records, "negation"))

@@ -13,9 +13,6 @@ from __future__ import annotations
 from experiments.tables import common as C
 
 NAME = "negation"
-METHODS = {"weight_space": "Weight-space negation", "closed_form": "Ours, closed form",
-           "adapter": "Ours, adapter", "oracle": "Oracle", "random_utd": "Random-UTD",
-           "gradient_ascent": "Gradient ascent"}
 
 
 def cells(study, config) -> list[dict]:
@@ -54,18 +51,10 @@ def compute(study, config, cell) -> dict:
           "zero_shot": {u: study.zero_shot(tg, u) for u in evals}, "accuracy": acc}
 
 
-def _cols(r, method):
-  m = r["metrics"]
-  accs = m["zero_shot"] if method == "zero_shot" else m["accuracy"][method]
-  return [accs[r["cell"]["tasks"][0]]] + [accs[c] for c in m["controls"]]
-
-
 def render(records) -> str:
+  """Table 2 in the layout every experiment prints it in (``platonic_jax.eval.layout``)."""
+  from platonic_jax.eval import layout
   if not records:
     return ""
-  controls = records[0]["metrics"]["controls"]
-  header = ["Method", "Removed task ↓"] + controls
-  out = C.setting_tables(records, (C.SAME, C.CROSS), header, METHODS, _cols)
-  lam = records[0]["metrics"]["lambda"]
-  return (f"### Table 2: negation at lambda = {lam:g}, in percent\n\nGrouped as in Table 1; "
-          "gradient ascent runs at a fixed budget, not a strength.\n\n" + "\n".join(out))
+  return layout.table2(C.layout_rows(records), records[0]["metrics"]["controls"],
+                       records[0]["metrics"]["lambda"])

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from platonic_jax.core import train
+from platonic_jax.core.descriptor import l2_normalize
 from platonic_jax.core.train import Recipe
 from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.models.preprocess import NaflexInputs
@@ -194,7 +195,7 @@ def adapter_loss(module, consts, batch):
   not them).
   """
   raw = train.encode_images(module, train.concat_images([b["x"] for b in batch]))
-  Z = train.normalize_rows(raw)
+  Z = l2_normalize(raw)
   total, errs, off = 0.0, [], 0
   for c, b in zip(consts["terms"], batch):
     k = train.num_rows(b["x"])

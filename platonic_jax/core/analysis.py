@@ -14,9 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from platonic_jax.core import solve as _solve
-from platonic_jax.core.descriptor import (Descriptor, Provenance, Term, center_rows,
-                                          check_finite, check_labels, float_dtype, l2_normalize)
+from platonic_jax.core.descriptor import (Descriptor, Provenance, Term, center_rows, float_dtype,
+                                          l2_normalize)
 from platonic_jax.core.grid import Grid
+from platonic_jax.validate import check_finite, check_labels
 
 _HI = jax.lax.Precision.HIGHEST
 

@@ -31,9 +31,9 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from platonic_jax.core import adapter, gradfix as gradfix_lib, lora, rebasin, train
+from platonic_jax.core.descriptor import l2_normalize
 from platonic_jax.core.train import Recipe
 from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.models.preprocess import NaflexInputs
@@ -309,7 +309,7 @@ def posterior_kl(teacher_logits: jax.Array, student_logits: jax.Array) -> jax.Ar
 
 def _posterior_distill_loss(module, consts, batch):
   x = train.concat_images([b["x"] for b in batch])
-  Z = train.normalize_rows(train.encode_images(module, x))
+  Z = l2_normalize(train.encode_images(module, x))
   errs, off = [], 0
   for c, b in zip(consts["terms"], batch):
     k = train.num_rows(b["x"])

@@ -27,6 +27,7 @@ import numpy as np
 import safetensors.numpy
 
 from platonic_jax import atomic
+from platonic_jax.validate import check_finite
 from platonic_jax.core.grid import Grid
 
 _FORMAT = "platonic_jax.descriptor/1"
@@ -44,9 +45,22 @@ def float_dtype(*arrays) -> jnp.dtype:
   return jnp.dtype(jnp.float32)
 
 
-def l2_normalize(x: jax.Array, axis: int = -1) -> jax.Array:
-  """Row-wise L2 normalisation: `x (..., d) -> x / ||x|| (..., d)`."""
-  return x / jnp.linalg.norm(x, axis=axis, keepdims=True)
+def l2_normalize(x: jax.Array, axis: int = -1, *, eps: float | None = None,
+                 dtype=None) -> jax.Array:
+  """Row-wise L2 normalisation `x (..., d) -> x / ||x|| (..., d)`: the package's one row
+  normaliser (``platonic_jax.l2_normalize``).
+
+  eps None (the method's arrays: descriptors, solves, selection, routes): exact division by the
+  norm, in `x`'s own dtype (float64 stays float64); a zero row gives NaN, which the callers'
+  finiteness checks refuse. eps > 0 (embeddings and class heads, ``platonic_jax.embed``:
+  ``EPS``): `x * rsqrt(max(||x||^2, eps^2))`, a zero row stays zero. dtype: cast `x` to it
+  first (the embeddings: float32, whatever the towers computed in); None keeps `x`'s.
+  """
+  if dtype is not None:
+    x = jnp.asarray(x, dtype)
+  if eps is None:
+    return x / jnp.linalg.norm(x, axis=axis, keepdims=True)
+  return x * jax.lax.rsqrt(jnp.maximum(jnp.sum(x * x, axis=axis, keepdims=True), eps * eps))
 
 
 def centering(num_classes: int, dtype=jnp.float32) -> jax.Array:
@@ -72,32 +86,6 @@ def affinity(Zhat: jax.Array, Ghat: jax.Array) -> jax.Array:
       A = affinity(l2_normalize(Z), l2_normalize(G))   # (n, C) cosines
   """
   return jnp.matmul(Zhat, Ghat.T, precision=jax.lax.Precision.HIGHEST)
-
-
-def check_finite(name: str, x) -> None:
-  """Raise ValueError naming `name` if `x` holds NaN or inf (host-side check)."""
-  a = np.asarray(x)
-  if not np.issubdtype(a.dtype, np.number):
-    raise ValueError(f"{name} must be numeric, got dtype {a.dtype}")
-  if not np.all(np.isfinite(a)):
-    bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
-    raise ValueError(f"{name} contains NaN or inf ({bad} non-finite entries)")
-
-
-def check_int(name: str, v, low: int) -> None:
-  """Raise ValueError naming `name` unless `v` is an int (not a bool) and at least `low`."""
-  if isinstance(v, bool) or not isinstance(v, int) or v < low:
-    raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
-
-
-def check_labels(labels, n: int, C: int) -> np.ndarray:
-  """`labels` as int32 `(n,)` with every value in `[0, C)`; ValueError naming the problem."""
-  labels = np.asarray(labels)
-  if labels.shape != (n,) or not np.issubdtype(labels.dtype, np.integer):
-    raise ValueError(f"labels must be int of shape ({n},), got {labels.dtype} {labels.shape}")
-  if labels.min() < 0 or labels.max() >= C:
-    raise ValueError(f"labels must lie in [0, C={C}), got range [{labels.min()}, {labels.max()}]")
-  return labels.astype(np.int32)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -35,8 +35,8 @@ import optax
 from flax import nnx
 
 from platonic_jax.core import lora, train
-from platonic_jax.core.descriptor import check_labels
 from platonic_jax.models.dual_encoder import DualEncoder
+from platonic_jax.validate import check_labels
 
 VOTES = ("mean", "majority")
 

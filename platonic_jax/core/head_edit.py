@@ -36,8 +36,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from platonic_jax.core.descriptor import check_finite, float_dtype
+from platonic_jax.core.batches import bucketed
+from platonic_jax.core.descriptor import float_dtype
 from platonic_jax.models.preprocess import NaflexInputs
+from platonic_jax.validate import check_finite, positive_float
 
 _HI = jax.lax.Precision.HIGHEST
 
@@ -107,26 +109,10 @@ def head_features(model, *image_inputs, batch_size: int = 64):
     check(*image_inputs)
   graphdef, state = nnx.split(module)
   fn = _features_fn(graphdef, edit_point)
-  batch = min(batch_size, n)
-  outs = []
-  for start in range(0, n, batch):
-    stop = min(start + batch, n)
-    # every call has the batch's shape (one compilation): a short last chunk repeats its
-    # first row, a valid input whose outputs are dropped
-    rows = np.minimum(np.arange(start, start + batch), stop - 1)
-    chunk = tuple(None if x is None else jnp.asarray(np.asarray(x)[rows]) for x in image_inputs)
-    outs.append(tuple(o[:stop - start] for o in fn(state, chunk)))
-  return tuple(jnp.concatenate([o[i] for o in outs]) for i in range(3))
-
-
-def _check_ridge(ridge) -> float:
-  try:
-    r = float(ridge)
-  except (TypeError, ValueError):
-    raise ValueError(f"ridge must be a positive float, got {ridge!r}") from None
-  if not math.isfinite(r) or r <= 0.0:
-    raise ValueError(f"ridge must be > 0 and finite, got {ridge!r}")
-  return r
+  # every call has the batch's shape (one compilation; ``core.batches.bucketed``)
+  inputs = tuple(None if x is None else np.asarray(x) for x in image_inputs)
+  return bucketed(lambda chunk: tuple(fn(state, jax.tree.map(jnp.asarray, chunk))), inputs,
+                  min(batch_size, n), n)
 
 
 @jax.jit
@@ -174,7 +160,7 @@ def solve_head_edit(Hh, Sf, ridge: float) -> jax.Array:
     raise ValueError(f"Sf has {S.shape[-2]} rows but Hh has {H.shape[0]} probes (rows)")
   if not bool(jnp.any(H != 0)):
     raise ValueError("Hh is all zero: the head's hidden features carry no signal to regress on")
-  r = _check_ridge(ridge)
+  r = positive_float("ridge", ridge)
   dt = float_dtype(H, S)
   H, S = np.asarray(H, np.float64), np.asarray(S, np.float64)
   k = S.shape[0] if S.ndim == 3 else None

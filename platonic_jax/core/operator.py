@@ -18,8 +18,9 @@ import numpy as np
 
 from platonic_jax.core import select as _select
 from platonic_jax.core import solve as _solve
-from platonic_jax.core.descriptor import Descriptor, Provenance, check_finite, float_dtype
+from platonic_jax.core.descriptor import Descriptor, Provenance, float_dtype
 from platonic_jax.core.grid import Grid
+from platonic_jax.validate import check_finite
 
 _HI = jax.lax.Precision.HIGHEST
 

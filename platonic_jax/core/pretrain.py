@@ -29,7 +29,8 @@ import optax
 from flax import nnx
 
 from platonic_jax import progress
-from platonic_jax.core.descriptor import check_int
+from platonic_jax.core.descriptor import l2_normalize
+from platonic_jax.validate import check_int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,8 +116,7 @@ def duplicate_positives(input_ids: jax.Array) -> jax.Array:
 def _logits(img, txt, logit_scale):
   img = img.astype(jnp.float32)
   txt = txt.astype(jnp.float32)
-  img = img / jnp.linalg.norm(img, axis=-1, keepdims=True)
-  txt = txt / jnp.linalg.norm(txt, axis=-1, keepdims=True)
+  img, txt = l2_normalize(img), l2_normalize(txt)
   return jnp.exp(logit_scale.astype(jnp.float32)) * img @ txt.T
 
 

@@ -30,9 +30,10 @@ import numpy as np
 from platonic_jax.core import head_edit as _head
 from platonic_jax.core import select as _select
 from platonic_jax.core import solve as _solve
-from platonic_jax.core.descriptor import Descriptor, check_finite, l2_normalize
+from platonic_jax.core.descriptor import Descriptor, l2_normalize
 from platonic_jax.core.fold import fold as _fold_affine
 from platonic_jax.core.operator import Operator, apply_operators
+from platonic_jax.validate import check_finite
 
 ROUTES: tuple[str, ...] = ("fold", "head_edit", "embedding_operator")
 RESIDUAL_HEAD_ROUTES: tuple[str, ...] = ("head_edit", "embedding_operator")

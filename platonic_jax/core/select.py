@@ -40,7 +40,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from platonic_jax.core import solve as _solve
-from platonic_jax.core.descriptor import center_rows, check_finite, l2_normalize
+from platonic_jax.core.descriptor import center_rows, l2_normalize
+from platonic_jax.validate import check_finite
 
 DEFAULT_RIDGES: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1)
 RULES: tuple[str, ...] = ("min", "1se")

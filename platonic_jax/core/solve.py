@@ -40,14 +40,14 @@ spectra only).
 from __future__ import annotations
 
 import functools
-import math
 from typing import NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from platonic_jax.core.descriptor import check_finite, float_dtype, l2_normalize
+from platonic_jax.core.descriptor import float_dtype, l2_normalize
+from platonic_jax.validate import check_finite, positive_float
 
 _HI = jax.lax.Precision.HIGHEST
 
@@ -105,16 +105,6 @@ def _check_rank(rank, num_classes: int, dim: int) -> int:
     raise ValueError(f"rank {rank} is above the ceiling {ceiling} (C-1 = {num_classes - 1}, "
                      f"d = {dim}) of a {num_classes}-class grid")
   return rank
-
-
-def _check_ridge(ridge) -> float:
-  try:
-    r = float(ridge)
-  except (TypeError, ValueError):
-    raise ValueError(f"ridge must be a positive float, got {ridge!r}") from None
-  if not math.isfinite(r) or r <= 0.0:
-    raise ValueError(f"ridge must be > 0 and finite, got {ridge!r}")
-  return r
 
 
 def _check_inputs(Z, G, U, *, same_dim: bool, U_batched: bool):
@@ -333,7 +323,7 @@ def solve_operator(Z, G, U, *, rank: int, ridge: float,
   """
   Z, G, U = _check_inputs(Z, G, U, same_dim=True, U_batched=False)
   rank = _check_rank(rank, G.shape[0], G.shape[1])
-  ridge = _check_ridge(ridge)
+  ridge = positive_float("ridge", ridge)
   basis = _basis(Z, G, normalize=True, method=_check_method(method))
   _check_numerical_rank(basis.S, rank, G.shape[1])
   return _single(basis, U, rank, jnp.asarray(ridge, Z.dtype))
@@ -356,7 +346,7 @@ def solve_head_delta(H, G, U, *, rank: int, ridge: float,
   """
   H, G, U = _check_inputs(H, G, U, same_dim=False, U_batched=False)
   rank = _check_rank(rank, G.shape[0], G.shape[1])
-  ridge = _check_ridge(ridge)
+  ridge = positive_float("ridge", ridge)
   basis = _basis(H, G, normalize=False, method=_check_method(method))
   _check_numerical_rank(basis.S, rank, G.shape[1])
   return _single(basis, U, rank, jnp.asarray(ridge, H.dtype))
@@ -364,7 +354,7 @@ def solve_head_delta(H, G, U, *, rank: int, ridge: float,
 
 def _check_sweep(ranks, ridges, C: int, d: int):
   ranks = tuple(_check_rank(r, C, d) for r in ranks)
-  ridges = tuple(_check_ridge(x) for x in ridges)
+  ridges = tuple(positive_float("ridge", x) for x in ridges)
   if not ranks or not ridges:
     raise ValueError("a sweep needs at least one rank and one ridge")
   if len(set(ranks)) != len(ranks):
@@ -433,7 +423,7 @@ def sweep_factors(basis: SolveBasis, Us, ridges: Sequence[float]) -> jax.Array:
   n, C = basis.Ebar.shape[0], basis.P.shape[0]
   if Us.ndim != 3 or Us.shape[1:] != (n, C):
     raise ValueError(f"Us must be (S, {n}, {C}), got {tuple(Us.shape)}")
-  ridges = tuple(_check_ridge(x) for x in ridges)
+  ridges = tuple(positive_float("ridge", x) for x in ridges)
   return _left_jit(basis, Us.astype(basis.A.dtype), jnp.asarray(ridges, basis.A.dtype))
 
 

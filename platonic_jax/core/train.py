@@ -35,22 +35,19 @@ from flax import nnx
 
 from platonic_jax import progress
 from platonic_jax.core import lora
-from platonic_jax.core.descriptor import check_labels
+from platonic_jax.core.batches import bucketed, num_rows, pow2_bucket
+from platonic_jax.core.descriptor import l2_normalize
 from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.models.preprocess import NaflexInputs
 from platonic_jax.parallel import distributed
 from platonic_jax.parallel import mesh as mesh_lib
+from platonic_jax.validate import check_labels
 
 ADAPTER_FORMAT = "platonic_jax.lora_adapter/1"
 
 
 # ----------------------------------------------------------------------------------------------
 # Pure pieces.
-
-
-def normalize_rows(x: jax.Array) -> jax.Array:
-  """``x (..., d) -> x / ||x||`` row-wise."""
-  return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
 
 
 def encode_images(module: nnx.Module, images) -> jax.Array:
@@ -76,11 +73,6 @@ def is_image_batch(images) -> bool:
   if isinstance(images, NaflexInputs):
     return np.ndim(images.pixel_values) == 3
   return np.ndim(images) == 4
-
-
-def num_rows(images) -> int:
-  """The number of images ``n`` in image inputs: an array (n, ...) or ``NaflexInputs``."""
-  return len(images) if isinstance(images, NaflexInputs) else int(np.shape(images)[0])
 
 
 def concat_images(parts: Sequence[Any]):
@@ -118,7 +110,7 @@ def check_same_inputs(parts: Sequence[Any], names: Sequence[str]) -> None:
 def image_affinity(module: nnx.Module, pixels, G: jax.Array) -> jax.Array:
   """Cosine affinity ``A = Zhat @ Ghat.T`` of images to classes: pixels (b, 3, H, W) or
   ``NaflexInputs`` of b images, G (C, d) normalised -> (b, C)."""
-  return normalize_rows(encode_images(module, pixels)) @ G.T
+  return l2_normalize(encode_images(module, pixels)) @ G.T
 
 
 def head_logits(module: nnx.Module, A: jax.Array) -> jax.Array:
@@ -298,32 +290,19 @@ def _embedding_fn(graphdef):
   return fn
 
 
-def _bucketed(fn, images, batch: int) -> np.ndarray:
-  """``fn(chunk)`` over chunks of ``images`` (an array or ``NaflexInputs``) padded to one bucket
-  (``batch``, or the power of two >= n when n is smaller) with copies of the chunk's last row
-  (a valid input of every kind, its outputs dropped), so calls compile once per (model graph,
-  bucket)."""
-  n = num_rows(images)
-  bucket = min(batch, 1 << (n - 1).bit_length())
-  outs = []
-  for s in range(0, n, bucket):
-    k = min(bucket, n - s)
-    part = images[np.minimum(np.arange(s, s + bucket), s + k - 1)]
-    outs.append(np.asarray(fn(jax.tree.map(jnp.asarray, part)))[:k])
-  return np.concatenate(outs)
-
-
 def affinities(model: DualEncoder, images, G, *, batch: int = 64) -> np.ndarray:
   """``A = Zhat @ Ghat.T`` (n, C) float32 for images (n, 3, H, W) (or ``NaflexInputs`` of n
   images) and class embeddings G (C, d).
 
-  Chunks are padded to one bucket, so calls compile once per (model graph, bucket).
+  Chunks are padded to one bucket (``core.batches.bucketed``), so calls compile once per
+  (model graph, bucket).
   """
   images = check_images(model, images)
   G = check_G(model, G)
   graphdef, state = nnx.split(model.module)
   fn = _affinity_fn(graphdef)
-  return _bucketed(lambda x: fn(state, x, G), images, batch)
+  return bucketed(lambda x: np.asarray(fn(state, jax.tree.map(jnp.asarray, x), G)), images,
+                  pow2_bucket(num_rows(images), batch))
 
 
 def embeddings(model: DualEncoder, images, *, batch: int = 64) -> np.ndarray:
@@ -337,7 +316,8 @@ def embeddings(model: DualEncoder, images, *, batch: int = 64) -> np.ndarray:
   images = check_images(model, images)
   graphdef, state = nnx.split(model.module)
   fn = _embedding_fn(graphdef)
-  return _bucketed(lambda x: fn(state, x), images, batch)
+  return bucketed(lambda x: np.asarray(fn(state, jax.tree.map(jnp.asarray, x))), images,
+                  pow2_bucket(num_rows(images), batch))
 
 
 def _takes_naflex(model: DualEncoder) -> bool:
@@ -422,7 +402,7 @@ def check_G(model: DualEncoder, G, what: str = "G") -> jax.Array:
                      f"tower, got shape {G.shape}")
   if not np.all(np.isfinite(G)) or np.any(np.linalg.norm(G, axis=1) == 0):
     raise ValueError(f"{what} has non-finite or zero rows")
-  return normalize_rows(jnp.asarray(G))
+  return l2_normalize(jnp.asarray(G))
 
 
 def embedding_width(model: DualEncoder) -> int:

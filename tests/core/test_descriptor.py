@@ -4,6 +4,7 @@ import json
 import os
 import re
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -242,3 +243,25 @@ def test_mixed_pair_is_detected(tmp_path):
   os.replace(p2, p1)
   with pytest.raises(ValueError, match="do not match the JSON sidecar"):
     Descriptor.load(p1)
+
+
+def test_one_row_normaliser_exact_or_floored():
+  """``l2_normalize`` is the package's one row normaliser: exact division in the input's dtype
+  (a zero row is NaN) by default; with ``eps`` the floored rsqrt the embeddings use (a zero row
+  stays zero), bit for bit the embeddings' former formula; ``dtype`` casts first."""
+  import platonic_jax as pj
+  from platonic_jax import embed
+  x = np.random.default_rng(3).standard_normal((4, 6)).astype(np.float32)
+  x[2] = 0.0
+  exact = np.asarray(l2_normalize(jnp.asarray(x)))
+  np.testing.assert_array_equal(exact[[0, 1, 3]],
+                                np.asarray(x[[0, 1, 3]] / jnp.linalg.norm(x[[0, 1, 3]], axis=-1,
+                                                                          keepdims=True)))
+  assert np.isnan(exact[2]).all()
+  floored = np.asarray(l2_normalize(x.astype(np.float16), eps=embed.EPS, dtype=jnp.float32))
+  xf = jnp.asarray(x.astype(np.float16), jnp.float32)
+  former = xf * jax.lax.rsqrt(jnp.maximum(jnp.sum(xf * xf, axis=-1, keepdims=True), 1e-24))
+  assert floored.dtype == np.float32 and (floored[2] == 0).all()
+  np.testing.assert_array_equal(floored, np.asarray(former))
+  np.testing.assert_allclose(np.linalg.norm(floored[[0, 1, 3]], axis=1), 1.0, rtol=1e-6)
+  assert pj.l2_normalize is l2_normalize

@@ -12,7 +12,8 @@ from tests.experiments.conftest import load_config
 
 def test_suite_table1_and_main_job_agree_on_shared_cells(micro, tmp_path):
   world, cache = micro
-  main = load_config("main", cache_dir=cache, tasks=("color", "position"), compilation_cache=False)
+  main = load_config("main", cache_dir=cache, compilation_cache=False,
+                     **{"data.tasks": ("color", "position")})
   suite = load_config("table1_addition", cache_dir=cache, targets=(), distinct_sources=False,
                       compilation_cache=False, **{"accumulation.orderings": 0})
   # the suite takes the main job's options and recipes (the main config is read as the suite

@@ -24,6 +24,7 @@ import numpy as np
 from platonic_jax.data import tokenizer as tok
 from platonic_jax.data.toyworld import captions, render, tasks as tasks_lib
 from platonic_jax.parallel import distributed
+from platonic_jax.validate import check_unique
 
 # Bump when rendering, captions or the trainer change what a config produces.
 WORLD_VERSION = "toyworld/3"
@@ -137,9 +138,7 @@ def check_families(config: Mapping, names) -> None:
   unknown = sorted(set(names) - set(config["families"]))
   if unknown:
     raise ValueError(f"unknown families {unknown}; the world has {sorted(config['families'])}")
-  repeated = sorted({n for n in names if list(names).count(n) > 1})
-  if repeated:
-    raise ValueError(f"repeated families {repeated}")
+  check_unique("families", names)
 
 
 def same_architecture_pairs(config: Mapping, families=None) -> tuple[tuple[str, str], ...]:

@@ -15,9 +15,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-
-def _normalize(x):
-  return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+from platonic_jax.core.batches import bucketed
+from platonic_jax.core.descriptor import l2_normalize
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
@@ -47,15 +46,8 @@ def image_embeddings(model, images: np.ndarray, batch_size: int = 512,
   if before_edit_point and hasattr(model.module, f"{kind}_features_before_edit_point"):
     method = f"{kind}_features_before_edit_point"
   n = images.shape[0]
-  size = min(batch_size, _bucket(n, 128))
-  out = []
-  for i in range(0, n, size):
-    chunk = images[i:i + size]
-    pad = size - chunk.shape[0]
-    if pad:
-      chunk = np.concatenate([chunk, np.zeros((pad,) + chunk.shape[1:], chunk.dtype)])
-    out.append(np.asarray(_encode_image(graphdef, method, state, jnp.asarray(chunk)))[:size - pad])
-  return np.concatenate(out)
+  return bucketed(lambda x: np.asarray(_encode_image(graphdef, method, state, jnp.asarray(x))),
+                  images, min(batch_size, _bucket(n, 128)))
 
 
 def class_embeddings(model, classnames, templates) -> np.ndarray:
@@ -69,7 +61,7 @@ def zero_shot_accuracy(model, task, split: str = "test", image_emb: np.ndarray |
   images, labels = getattr(task, split)
   z = image_embeddings(model, images) if image_emb is None else image_emb
   g = class_embeddings(model, task.classnames, task.templates)
-  pred = np.argmax(np.asarray(_normalize(jnp.asarray(z))) @ g.T, axis=1)
+  pred = np.argmax(np.asarray(l2_normalize(jnp.asarray(z))) @ g.T, axis=1)
   return float(np.mean(pred == labels))
 
 

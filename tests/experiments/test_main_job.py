@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _main_job(cache, work, *flags):
@@ -33,14 +33,14 @@ FRONTIER_REFUSALS = [
     ("--picks=", "no picks given"),
     ("--picks=min,min", "repeated picks"),
     ("--config.selection_rule=best", "unknown selection rule 'best'"),
-    ("--config.families=('clip-a',)", "strength_frontier needs at least two families"),
-    ("--config.families=('clip-a', 'clip-a')", "repeated families ['clip-a']"),
+    ("--config.data.families=('clip-a',)", "strength_frontier needs at least two families"),
+    ("--config.data.families=('clip-a', 'clip-a')", "repeated families ['clip-a']"),
 ]
 MAIN_REFUSALS = [
     ("--config.selection_rule=best", "unknown selection rule 'best'"),
-    ("--config.tasks=('shape', 'colour')", "unknown downstream tasks"),
-    ("--config.families=('clip-a', 'clip-z')", "unknown families ['clip-z']"),
-    ("--config.tasks=('shape',)", "at least two downstream tasks"),
+    ("--config.data.tasks=('shape', 'colour')", "unknown downstream tasks"),
+    ("--config.data.families=('clip-a', 'clip-z')", "unknown families ['clip-z']"),
+    ("--config.data.tasks=('shape',)", "at least two downstream tasks"),
     ("--config.negation_lambda=-1", "negation_lambda must be a finite number > 0"),
     ("--config.export_cells=('clip-a:shape+color',)", "bad cell 'clip-a:shape+color'"),
     ("--config.export_cells=('clip-a<-siglip-b:shape',)", "bad cell"),
@@ -52,8 +52,8 @@ MAIN_REFUSALS = [
      "repeated export cells"),
 ]
 ANATOMY_REFUSALS = [
-    ("--config.families=('clip-a',)", "at least two families"),
-    ("--config.tasks=('shape', 'colour')", "unknown downstream tasks"),
+    ("--config.data.families=('clip-a',)", "at least two families"),
+    ("--config.data.tasks=('shape', 'colour')", "unknown downstream tasks"),
 ]
 UNWRITABLE = ["main.py:micro", "table1_addition.py:micro"]  # configs whose workdir is refused
 
@@ -367,7 +367,7 @@ from ml_collections import config_flags
 CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/main.py")
 def main(_):
   c = CONFIG.value
-  print(json.dumps(dict(families=c.families, tasks=c.tasks, world=c.world.to_dict())))
+  print(json.dumps(dict(families=c.data.families, tasks=c.data.tasks, world=c.data.world.to_dict())))
 app.run(main)
 """
 
@@ -380,9 +380,9 @@ def test_config_variants_and_command_line_subsets():
   # the launchers' absl config flags take family and task subsets on the command line
   out = subprocess.run(
       [sys.executable, "-c", _PRINT_CONFIG, "--config=experiments/configs/main.py:wide",
-       "--config.families=('clip-a', 'clip-b')", "--config.tasks=('shape', 'pattern')",
+       "--config.data.families=('clip-a', 'clip-b')", "--config.data.tasks=('shape', 'pattern')",
        # a family's own field: family names hold a '-', so the path subscripts them
-       '--config.world.families["siglip-d"].steps=7000'],
+       '--config.data.world.families["siglip-d"].steps=7000'],
       cwd=ROOT, capture_output=True, text=True, timeout=120)
   assert out.returncode == 0, out.stderr[-3000:]
   config = json.loads(out.stdout.strip().splitlines()[-1])
@@ -403,9 +403,9 @@ def test_config_variants_and_command_line_subsets():
     world_lib.hf_config(wide, name)
     assert world_lib.family_key(wide, name) != world_lib.family_key(default, name)
   assert len({f["projection_dim"] for f in wide["families"].values()}) == len(wide["families"])
-  assert main_config.get_config("micro").tasks == ("shape", "color", "position")
+  assert main_config.get_config("micro").data.tasks == ("shape", "color", "position")
   # the look-alike world: the default world with the first pairs of CONFUSIONS swapped
-  lookalike = as_json(main_config.get_config("lookalike").world)
+  lookalike = as_json(main_config.get_config("lookalike").data.world)
   assert lookalike["captions"].pop("swap") == dict(
       shape=1, color=2, size=1, position=1, fill=1, pattern=1, digit=2, count=1)
   swapped = default["captions"].pop("swap")
@@ -427,8 +427,8 @@ def test_source_fine_tunes_in_threads_are_identical_to_sequential(run, cache, tm
   from platonic_jax.data.toyworld import build_world
 
   config = main_config.get_config("micro")
-  config.world.cache_dir = str(cache)  # the session's micro world
-  world = build_world(config.world, log=None)
+  config.data.world.cache_dir = str(cache)  # the session's micro world
+  world = build_world(config.data.world, log=None)
   names = ["shape", "color"]
   config.source.steps = 12
   pairs = [(m, t) for m in world.models for t in names]
@@ -558,8 +558,8 @@ def test_exported_cells_load_in_transformers_and_score_as_the_cells(run_1se, cac
   assert sorted(summary["exports"]) == sorted(EXPORTS)
   recs = [json.loads(l) for l in open(os.path.join(work, "results.jsonl"))]
   config = main_config.get_config("micro")
-  config.world.cache_dir = str(cache)
-  world = build_world(config.world, log=None)
+  config.data.world.cache_dir = str(cache)
+  world = build_world(config.data.world, log=None)
   for spec, rel in summary["exports"].items():
     kind, tg, s, cell_tasks = pipeline.parse_cell(spec)
     path = os.path.join(work, rel)
@@ -615,7 +615,7 @@ def test_killed_main_job_reruns_to_the_uninterrupted_results(run, cache, tmp_pat
   with open(tmp_path / pipeline.CELLS, "w") as f:  # killed after 30 cells, mid-write
     f.write("".join(lines[:30]) + lines[30][:50])
   cfg = main_config.get_config("micro")
-  cfg.world.cache_dir = str(cache)
+  cfg.data.world.cache_dir = str(cache)
   launch.configure(cfg)
   world = launch.build_world(cfg)
   real, calls = pipeline.compute_cell, []

@@ -61,7 +61,7 @@ SHARDED = textwrap.dedent("""
 
 def test_eight_devices_equal_one(ckpt):
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   out = subprocess.run([sys.executable, "-c", SHARDED, ckpt], env=env, cwd=root,
                        capture_output=True, text=True, timeout=300)
   assert out.returncode == 0, out.stderr[-3000:]

@@ -1,0 +1,113 @@
+"""The text layout of the paper's Table 1 (addition) and Table 2 (negation), one for every
+experiment: the main job's printed tables (``pipeline.format_tables``) and the suite's
+(``experiments/tables/addition.py``, ``negation.py``, rendered by ``experiments.report``).
+
+Each experiment turns its records into ``Row``s, one per (cell, method); ``method_tables``
+lays them out as one markdown table per setting (same model, cross model, mixed): a zero-shot
+row over the block's cells, then one row per method present, each entry the mean accuracy in
+percent followed, in brackets, by the mean change in points from the zero-shot of the row's own
+cells (a method run on a subset of the cells, the adapter's say, is read against that subset,
+not the block), and the row's cell count. Pure: records in, text out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Sequence
+
+import numpy as np
+
+SETTINGS = {"same_model": "Source and target are the same model",
+            "cross_model": "Source and target are different models",
+            "mixed": "One source is the target"}
+METHODS = {"weight_space": "Weight-space arithmetic", "closed_form": "Ours, closed form",
+           "consensus": "Ours, consensus", "adapter": "Ours, adapter", "oracle": "Oracle",
+           "random_utd": "Random-UTD", "gradient_ascent": "Gradient ascent"}
+UNITS = ("accuracy in percent; in brackets, the change in points from the zero-shot of the "
+         "row's own cells; cells: how many cells the row averages")
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  """One method on one cell: ``accuracy`` and the cell's ``zero_shot``, in percent, one value per
+  column (the cell's tasks, then the controls)."""
+  setting: str
+  method: str
+  accuracy: Sequence[float]
+  zero_shot: Sequence[float]
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], title: str = "",
+             pad: bool = False) -> str:
+  """A markdown table (first column left-aligned, the rest right-aligned), under ``**title**``
+  when given; ``pad`` pads every column to its widest entry, so the text reads aligned too."""
+  rows = [[str(x) for x in r] for r in rows]
+  header = [str(h) for h in header]
+  widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+  dashes = [w + 1 if pad else 3 for w in widths]
+
+  def line(xs):
+    if not pad:
+      return "| " + " | ".join(xs) + " |"
+    return "| " + " | ".join(x.ljust(w) if i == 0 else x.rjust(w)
+                             for i, (x, w) in enumerate(zip(xs, widths))) + " |"
+  lines = [f"**{title}**", ""] if title else []
+  lines.append(line(header))
+  lines.append("|" + "|".join([":" + "-" * dashes[0]] + ["-" * n + ":" for n in dashes[1:]])
+               + "|")
+  lines += [line(r) for r in rows]
+  return "\n".join(lines) + "\n"
+
+
+def _entry(acc: float, delta: float | None) -> str:
+  return f"{acc:.2f}" if delta is None else f"{acc:.2f} ({delta:+.1f})"
+
+
+def method_tables(rows: Sequence[Row], columns: Sequence[str], *, title: str | None,
+                  methods: Mapping[str, str] = METHODS, base: str = "closed_form",
+                  blocks: Mapping[str, str] = SETTINGS) -> str:
+  """Markdown: ``### title`` and the units (``UNITS``; none when ``title`` is None), then per
+  block present (``blocks``: {Row.setting: label}, by default the settings) a table with the
+  zero-shot row (over the cells of the ``base`` method, every cell of the block) and one row per
+  method of ``methods`` present (in that order), with a ``cells`` column. ``columns``: the
+  header of each value column. "" when no row has the ``base`` method."""
+  out = []
+  for setting, label in blocks.items():
+    block = [r for r in rows if r.setting == setting]
+    cells = [r for r in block if r.method == base]
+    if not cells:
+      continue
+    zero = np.mean([r.zero_shot for r in cells], axis=0)
+    body = [["Zero-shot"] + [_entry(z, None) for z in zero] + [str(len(cells))]]
+    for method, name in methods.items():
+      rs = [r for r in block if r.method == method]
+      if rs:
+        acc = np.mean([r.accuracy for r in rs], axis=0)
+        delta = np.mean([np.subtract(r.accuracy, r.zero_shot) for r in rs], axis=0)
+        body.append([name] + [_entry(a, d) for a, d in zip(acc, delta)] + [str(len(rs))])
+    out.append(md_table(["Method"] + list(columns) + ["cells"], body,
+                        f"{label} ({len(cells)} cell{'s' if len(cells) != 1 else ''})",
+                        pad=True))
+  if not out:
+    return ""
+  head = "" if title is None else f"### {title}\n\n{UNITS[0].upper() + UNITS[1:]}.\n\n"
+  return head + "\n".join(out)
+
+
+def table1(rows: Sequence[Row], controls: Sequence[str], alpha: float | None = None) -> str:
+  """Table 1 (addition): columns Task A, Task B, then the controls."""
+  at = "alpha" if alpha is None else f"alpha = {alpha:g}"
+  return method_tables(rows, ["Task A ↑", "Task B ↑"] + list(controls),
+                       title=f"Table 1: addition (the closed form at {at} per term, the adapter "
+                             "at full strength, weight-space arithmetic at its lambda per task "
+                             "vector)")
+
+
+def table2(rows: Sequence[Row], controls: Sequence[str], lam: float | None = None) -> str:
+  """Table 2 (negation): columns the removed task, then the controls."""
+  at = "lambda" if lam is None else f"lambda = {lam:g}"
+  ga = ("; gradient ascent at a fixed budget, not a strength"
+        if any(r.method == "gradient_ascent" for r in rows) else "")
+  return method_tables(rows, ["Removed task ↓"] + list(controls),
+                       title=f"Table 2: negation (at {at}{ga})",
+                       methods={**METHODS, "weight_space": "Weight-space negation"})

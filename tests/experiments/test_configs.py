@@ -1,0 +1,53 @@
+"""One config schema: the main job's config and every table config are
+``experiments/configs/common.py`` configs (its fields, meaning the same), each extended with
+fields of its own; a launcher refuses a comma list given without the tuple syntax in either."""
+
+import glob
+import os
+
+import ml_collections
+import pytest
+
+from tests.experiments.conftest import CONFIGS, load_config
+
+
+def _fields(c, prefix=""):
+  out = set()
+  for k, v in c.items():
+    out.add(prefix + k)
+    if isinstance(v, ml_collections.ConfigDict) and k != "world":  # a world's own schema
+      out |= _fields(v, prefix + k + ".")
+  return out
+
+
+TABLES = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(CONFIGS, "table*.py")))
+
+
+@pytest.mark.parametrize("name,arg", [("main", ""), ("main", "micro"), ("main", "wide")]
+                         + [(t, a) for t in TABLES for a in ("", "micro")])
+def test_every_experiment_config_holds_the_common_schema(name, arg):
+  from experiments.configs import common, toy_world
+  c = load_config(name, arg)
+  schema = _fields(common.schema(c.experiment, c.variant, toy_world.get_config("micro")))
+  assert schema <= _fields(c), sorted(schema - _fields(c))
+  if name == "main":
+    assert c.experiment == "main" and c.data.source == "toy"
+    assert c.data.world.variant == toy_world.check_variant(arg, "main-job")
+    # what the main job adds: its curve, its exports; nothing else beyond the schema
+    assert _fields(c) - schema == {"negation_strengths", "export_cells"}
+
+
+def test_the_main_job_keeps_its_world_subsets_and_recipe():
+  c = load_config("main", "micro")
+  assert c.data.tasks == ("shape", "color", "position") and c.data.families == ()
+  assert (c.source.steps, c.source.lr, c.source.batch) == (60, 2e-2, 32)
+  assert (c.calibrate, c.include_ceiling, c.random_draws, c.adapter.keep) == (True, True, "run",
+                                                                               0.1)
+
+
+def test_the_main_job_refuses_a_comma_list_without_the_tuple_syntax():
+  from experiments import launch
+  c = load_config("main", "micro")
+  c.data.tasks = ("shape,color",)
+  with pytest.raises(ValueError, match=r"config\.data\.tasks holds 'shape,color'"):
+    launch.configure(c)

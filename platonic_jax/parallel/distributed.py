@@ -9,12 +9,22 @@ CPU backend cross-process collectives use gloo, so the same code runs as local p
 
 A computation on the global mesh (an embedding: ``platonic_jax.embed``) is a collective: every
 process must issue the same ones in the same order, so none may be issued from threads whose
-order differs between processes (``pipeline.finetune_sources`` runs one after another then).
+order differs between processes (``Study.sources`` embeds before its threads start).
 
 Helpers for dividing work and writing results once: ``process_index``/``process_count``/
 ``is_primary``, ``barrier``, ``assign`` (a deterministic balanced assignment of items to
 processes), ``shard_path``/``merge_jsonl`` (per-process results shards merged by the primary
-process), ``broadcast_str`` and ``allgather_rows``.
+process), ``broadcast_str``, ``agree`` and ``allgather_rows``.
+
+A partitioned stage (``Study.sources``, ``Study.operators_many``, the main job's cells) runs
+each process's share inside ``solo()``: there the process is a program of its own on its local
+devices (``mesh.data_mesh`` spans them only, so an embedding is no collective), writes its
+plain cache entries alone (``staged_dir`` is ``atomic.staged_dir``, ``is_primary`` is true),
+restores Orbax checkpoints alone (``orbax_options``) but saves none (Orbax writes arrays from
+process 0 only: ``check_orbax_save``), and a ``barrier`` or broadcast is an error (the other
+processes are not there). Each product goes to the shared cache as one file (``pack``, written
+atomically); after a barrier the Orbax entries (source adapters, the operator bank) are written
+collectively from them: every process calls the save, the primary host writes.
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ import json
 import math
 import os
 import shutil
-from typing import Callable, Hashable, Iterator, Sequence
+from typing import Callable, Hashable, Iterator, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -113,13 +123,65 @@ def process_count() -> int:
 
 
 def is_primary() -> bool:
-  """Whether this is process 0, the one that writes the program's shared outputs."""
-  return jax.process_index() == 0
+  """Whether this process writes the program's shared outputs: process 0, or any process
+  inside ``solo()`` (its own program then)."""
+  return jax.process_index() == 0 or alone()
+
+
+# How deep this process is in ``solo`` blocks (process-wide: threads started inside see it).
+_SOLO_DEPTH = 0
+
+
+@contextlib.contextmanager
+def solo() -> Iterator[None]:
+  """Inside the block this process works alone on its share of a partitioned stage: a program
+  of its own on its local devices (see the module docstring). Nests; a no-op with one
+  process. Every collective (``barrier``, ``broadcast_str``, ``agree``, a collective
+  ``staged_dir``) inside it is a RuntimeError."""
+  global _SOLO_DEPTH
+  _SOLO_DEPTH += 1
+  try:
+    yield
+  finally:
+    _SOLO_DEPTH -= 1
+
+
+def alone() -> bool:
+  """Whether this process is inside ``solo()`` in a program of several processes."""
+  return _SOLO_DEPTH > 0 and jax.process_count() > 1
+
+
+def _no_collective(what: str) -> None:
+  if alone():
+    raise RuntimeError(f"{what} is a collective of every process; inside distributed.solo() "
+                       "this process works alone")
+
+
+def orbax_options():
+  """Orbax's ``MultiprocessingOptions`` for a checkpointer here: the default (every process
+  saves together, the primary host writes) outside ``solo()``; inside it, this process as the
+  only active one and its own primary host, so it restores alone (it may not save there:
+  ``check_orbax_save``)."""
+  import orbax.checkpoint as ocp
+  if alone():
+    p = jax.process_index()
+    return ocp.options.MultiprocessingOptions(primary_host=p, active_processes={p})
+  return ocp.options.MultiprocessingOptions()
+
+
+def check_orbax_save(what: str) -> None:
+  """RuntimeError naming ``what`` inside ``solo()``: Orbax writes numpy arrays from process 0
+  only, so an Orbax entry is written collectively, after the block, from the product its
+  process left (``pack``)."""
+  if alone():
+    raise RuntimeError(f"{what} cannot be saved inside distributed.solo(): Orbax writes arrays "
+                       "from process 0 only; save it collectively after the block")
 
 
 def barrier(name: str) -> None:
   """Blocks until every process reaches the barrier ``name`` (the same name on every process,
   in the same order). A no-op with one process."""
+  _no_collective(f"barrier {name!r}")
   if jax.process_count() > 1:
     from jax.experimental import multihost_utils
     multihost_utils.sync_global_devices(name)
@@ -128,6 +190,7 @@ def barrier(name: str) -> None:
 def broadcast_str(s: str, max_bytes: int = 1024) -> str:
   """Process 0's ``s`` on every process (a collective: every process calls it). ``s`` as UTF-8
   must fit in ``max_bytes``."""
+  _no_collective("broadcast_str")
   if jax.process_count() == 1:
     return s
   from jax.experimental import multihost_utils
@@ -140,6 +203,38 @@ def broadcast_str(s: str, max_bytes: int = 1024) -> str:
   out = np.asarray(multihost_utils.broadcast_one_to_all(buf))
   n = int(np.frombuffer(out[:4].tobytes(), np.uint32)[0])
   return out[4:4 + n].tobytes().decode("utf-8")
+
+
+def agree(flags: Sequence[bool]) -> list[bool]:
+  """Process 0's ``flags`` on every process (a collective: every process passes as many), so a
+  stage's processes divide the same list of missing items even when another run fills a shared
+  cache meanwhile."""
+  _no_collective("agree")
+  flags = [bool(f) for f in flags]
+  if jax.process_count() == 1 or not flags:
+    return flags
+  from jax.experimental import multihost_utils
+  out = np.asarray(multihost_utils.broadcast_one_to_all(np.asarray(flags, np.uint8)))
+  if out.shape != (len(flags),):
+    raise RuntimeError(f"agree: process 0 passed {out.shape[0]} flags, this process "
+                       f"{len(flags)}")
+  return [bool(f) for f in out]
+
+
+def pack(arrays: Mapping[str, np.ndarray], meta) -> bytes:
+  """A product of one process's share as bytes (safetensors: named arrays, JSON-able ``meta``;
+  no pickle), for the processes that write or read it after the share."""
+  import safetensors.numpy
+  return safetensors.numpy.save({k: np.ascontiguousarray(v) for k, v in arrays.items()},
+                                metadata={"meta": json.dumps(meta, sort_keys=True)})
+
+
+def unpack(blob: bytes) -> tuple[dict[str, np.ndarray], object]:
+  """Inverse of ``pack``: (arrays, meta)."""
+  import safetensors.numpy
+  n = int.from_bytes(blob[:8], "little")  # safetensors: u64 header size, then the JSON header
+  header = json.loads(blob[8:8 + n])
+  return safetensors.numpy.load(blob), json.loads(header["__metadata__"]["meta"])
 
 
 def allgather_rows(x: jax.Array) -> np.ndarray:
@@ -244,12 +339,12 @@ def staged_dir(final: str, *, replace: bool = False, create: bool = True) -> Ite
   Inside, every process makes the same Orbax ``save`` calls (Orbax's multi-process path: the
   primary host writes, with host arrays passed as numpy, ``host_arrays``) and only the primary
   process (``is_primary``) writes plain files. After a barrier process 0 publishes it
-  (``atomic.publish_dir``); after a second barrier every process can read it. One process:
-  exactly ``atomic.staged_dir(final, replace=replace)``. Needs a file system that every
-  process sees (one host, or a shared file system). ``create=False``: the temporary is not
-  created (an Orbax save of the whole entry creates it)."""
+  (``atomic.publish_dir``); after a second barrier every process can read it. One process
+  (or inside ``solo()``): exactly ``atomic.staged_dir(final, replace=replace)``. Needs a file
+  system that every process sees (one host, or a shared file system). ``create=False``: the
+  temporary is not created (an Orbax save of the whole entry creates it)."""
   from platonic_jax import atomic
-  if jax.process_count() == 1:
+  if jax.process_count() == 1 or alone():
     with atomic.staged_dir(final, replace=replace, create=create) as tmp:
       yield tmp
     return

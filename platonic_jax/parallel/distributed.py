@@ -178,13 +178,32 @@ def check_orbax_save(what: str) -> None:
                        "from process 0 only; save it collectively after the block")
 
 
-def barrier(name: str) -> None:
+# How long a barrier waits for the slowest process (a share of fine-tunes may take hours).
+BARRIER_TIMEOUT_S = 24 * 3600
+_BARRIERS: dict[str, int] = {}  # how often this process passed each barrier name
+
+
+def barrier(name: str, timeout_s: float | None = None) -> None:
   """Blocks until every process reaches the barrier ``name`` (the same name on every process,
-  in the same order). A no-op with one process."""
+  in the same order). A no-op with one process.
+
+  It waits on JAX's coordination service (``wait_at_barrier``: no device collective, so it
+  does not time out with the CPU collectives' 30 s while another process finishes a long share;
+  a missing process is named in its error after ``timeout_s``, default
+  ``BARRIER_TIMEOUT_S``); where there is no coordination client, on a device collective
+  (``multihost_utils.sync_global_devices``)."""
   _no_collective(f"barrier {name!r}")
-  if jax.process_count() > 1:
+  if jax.process_count() == 1:
+    return
+  from jax._src import distributed as jax_distributed
+  client = jax_distributed.global_state.client
+  if client is None:
     from jax.experimental import multihost_utils
     multihost_utils.sync_global_devices(name)
+    return
+  _BARRIERS[name] = _BARRIERS.get(name, 0) + 1  # every pass its own barrier id
+  client.wait_at_barrier(f"platonic_jax:{name}:{_BARRIERS[name]}",
+                         int(1000 * (BARRIER_TIMEOUT_S if timeout_s is None else timeout_s)))
 
 
 def broadcast_str(s: str, max_bytes: int = 1024) -> str:

@@ -2,8 +2,9 @@
 loopback coordinator): the same results as one process, each process doing only its share of
 the fine-tunes, solves, cells and adapter fits, and a rerun after one process was killed mid-run
 recomputing only what is missing. The micro world, made smaller still (two downstream tasks,
-short fine-tunes and adapter fits); the four runs share one toy-world cache (pretrained by the
-first) and each its own empty engine cache."""
+short fine-tunes and adapter fits); the runs share one toy-world cache (pretrained by the
+first). The one-process and the 2-process runs start from empty engine caches of their own;
+the killed run and its rerun use the 2-process run's (so only cells are left to compute)."""
 
 import json
 import os
@@ -102,8 +103,9 @@ def runs(tmp_path_factory):
   world = d / "world"
   out = {"one": (d / "one", _run(world, d / "one", d / "c1", 1)),
          "two": (d / "two", _run(world, d / "two", d / "c2", 2))}
-  out["killed"] = _kill_mid_cells(world, d / "kill", d / "c3")
-  out["rerun"] = (d / "kill", _run(world, d / "kill", d / "c3", 2))
+  # The kill reuses the engine cache the 2-process run filled: its cells are what is left.
+  out["killed"] = _kill_mid_cells(world, d / "kill", d / "c2")
+  out["rerun"] = (d / "kill", _run(world, d / "kill", d / "c2", 2))
   return out
 
 

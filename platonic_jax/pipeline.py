@@ -428,11 +428,12 @@ def prepare(world, cfg, log: Callable[[str], None] = print) -> Prepared:
 
 
 def cell_cost(cell: dict, cfg) -> float:
-  """What a main-job cell costs relative to the others, for dividing cells over processes: 1
-  for the closed-form rows (small matrix products on cached embeddings), plus an embedding of
-  the evaluation test sets for the weight-space row of a same-model cell, plus the adapter's
-  fit (its steps) and its embedding. The weights are the micro job's cell times (one core:
-  about 0.1 s closed form only, 1 s with weight-space, 0.1 s per adapter step)."""
+  """What a main-job cell costs relative to the others, for dividing cells over processes, in
+  units of a cell of closed-form rows alone (small products on cached embeddings): +10 for the
+  weight-space row of a same-model cell (a forward pass of the edited target over the
+  evaluation test sets), + the adapter's steps + 10 for an adapter cell (a step taken as one
+  unit, then its forward pass). Set from what each row runs, before measuring;
+  docs/results/multiprocess.md has the measured balance."""
   same = cell["source"] == cell["target"]
   return 1.0 + (10.0 if same else 0.0) + (cfg.adapter.steps + 10.0 if cell["adapter"] else 0.0)
 

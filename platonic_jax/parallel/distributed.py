@@ -34,6 +34,7 @@ import json
 import math
 import os
 import shutil
+import sys
 from typing import Callable, Hashable, Iterator, Mapping, Sequence
 
 import jax
@@ -95,7 +96,8 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   With the three arguments (validated by ``check_args``), initialises explicitly; without them,
   auto-detects on Cloud TPU, SLURM and Open MPI (``looks_multiprocess``) and otherwise stays
   one process (a no-op). A second call is a no-op. On the CPU backend the cross-process
-  collectives are gloo's (``jax_cpu_collectives_implementation``).
+  collectives are gloo's (``jax_cpu_collectives_implementation``). With several processes an
+  uncaught error ends the process at once, status 1 (``_exit_at_once``).
   """
   explicit = check_args(coordinator_address, num_processes, process_id)
   if jax.distributed.is_initialized():
@@ -111,7 +113,24 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
                                num_processes=num_processes, process_id=process_id)
   else:
     jax.distributed.initialize()
+  if jax.process_count() > 1:
+    sys.excepthook = _exit_at_once(sys.excepthook)
   return jax.process_count()
+
+
+def _exit_at_once(hook):
+  """An excepthook that reports an uncaught error with ``hook`` and ends the process at once
+  (status 1): at a normal exit JAX's shutdown waits for every other process, which may be
+  waiting for this one at a barrier, so a failing process would hang instead of failing (and
+  ``experiments.launch_local``, a pod or SLURM would not see it fail)."""
+  def excepthook(*args):
+    try:
+      hook(*args)
+    finally:
+      sys.stdout.flush()
+      sys.stderr.flush()
+      os._exit(1)
+  return excepthook
 
 
 def process_index() -> int:

@@ -261,3 +261,22 @@ def test_cell_costs_order_closed_form_weight_space_and_adapter_cells():
   cross, same = pipeline.cell_cost(cell("b", False), cfg), pipeline.cell_cost(cell("a", False), cfg)
   assert 0 < cross < same < pipeline.cell_cost(cell("b", True), cfg) < pipeline.cell_cost(
       cell("a", True), cfg)
+
+
+def test_an_uncaught_error_ends_a_process_of_several_at_once(tmp_path):
+  """A failing process of a multi-process program exits with status 1 straight after its
+  traceback, without the exit handlers (JAX's shutdown would wait for the other processes)."""
+  import subprocess
+  import sys
+  script = tmp_path / "fail.py"
+  script.write_text(textwrap.dedent("""
+      import atexit, sys
+      from platonic_jax.parallel import distributed
+      atexit.register(lambda: print("exit handlers ran", flush=True))
+      sys.excepthook = distributed._exit_at_once(sys.excepthook)
+      raise ValueError("share failed")
+      """))
+  out = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT), timeout=60)
+  assert out.returncode == 1 and "ValueError: share failed" in out.stderr
+  assert "exit handlers ran" not in out.stdout

@@ -205,7 +205,8 @@ class OperatorBank:
       raise ValueError(f"{path}: entry holds {_fmt((meta['target_id'], meta['task'], meta['source']))}"
                        f", not {_fmt(key)}")
     with ocp.StandardCheckpointer(multiprocessing_options=distributed.orbax_options()) as ckpt:
-      arrays = ckpt.restore(os.path.join(path, _ARRAYS))
+      arrays = ckpt.restore(os.path.join(path, _ARRAYS), distributed.local_abstract(
+          {"W": jax.ShapeDtypeStruct(tuple(meta["shape"]), jnp.dtype(meta["dtype"]))}))
     return operator_from_record(np.asarray(arrays["W"]), meta)
 
   # -- composition -------------------------------------------------------------------------

@@ -631,7 +631,7 @@ def load_adapter(path: str | os.PathLike, model: DualEncoder) -> DualEncoder:
         "b": [jax.ShapeDtypeStruct((r, layers[p].out_features), jnp.float32)
               for p, r in zip(meta["paths"], meta["ranks"])]}
     arrays = ckptr.restore(path, ocp.args.Composite(
-        arrays=ocp.args.StandardRestore(abstract)))["arrays"]
+        arrays=ocp.args.StandardRestore(distributed.local_abstract(abstract))))["arrays"]
   out = model.clone()
   ads = {p: lora.Adapter(jnp.asarray(a), jnp.asarray(b), float(s))
          for p, a, b, s in zip(meta["paths"], arrays["a"], arrays["b"], meta["scales"])}

@@ -408,6 +408,15 @@ def staged_dir(final: str, *, replace: bool = False, create: bool = True) -> Ite
       shutil.rmtree(tmp, ignore_errors=True)
 
 
+def local_abstract(tree):
+  """``tree``'s arrays (or shape-dtype structs) as ``jax.ShapeDtypeStruct`` targets on this
+  process's first device, for Orbax restores: a checkpoint saved by a program of another
+  topology (one process, or several) then restores on every process instead of failing with a
+  topology mismatch."""
+  sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
+
+
 def host_arrays(tree):
   """``tree`` with its arrays as host numpy arrays when several processes run (Orbax refuses
   process-local ``jax.Array`` values there and writes numpy values from the primary host);

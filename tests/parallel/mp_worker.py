@@ -51,6 +51,8 @@ def main(argv):
   bank = OperatorBank(os.path.join(_OUT.value, "bank"))
   key = bank.put(Operator(W=W, grid=grid, target_id="m", source="s", rank=2, ridge=1e-2))
   got = np.asarray(bank.get(*key).W)
+  one = OperatorBank(os.path.join(_OUT.value, "onebank"))  # saved by one process (the test's)
+  one_W = float(np.asarray(one.get("m", "t", "one").W).sum())
 
   # A LoRA adapter (a study source's checkpoint) saved collectively, loaded by every process.
   from flax import nnx
@@ -106,7 +108,7 @@ def main(argv):
              "adapter_sum": float(sum(np.asarray(ad.a).sum() for ad in ref.values())), "bank_keys": [list(k) for k in bank.keys()],
              "cache_equal": bool(np.array_equal(readback, on_all)), "dir_entry": parts,
              "broadcast": dist.broadcast_str(f"from {p}"),
-             "solves": study.counts["solve"], "local_mesh": local,
+             "solves": study.counts["solve"], "one_process_W": one_W, "local_mesh": local,
              "local_devices_ids": [d.id for d in jax.local_devices()], "refused": refused,
              "operators": [{s: [float(np.asarray(op.W).sum()), op.rank, op.ridge]
                             for s, op in got.items()} for got in solved],

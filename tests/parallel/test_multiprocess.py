@@ -25,6 +25,12 @@ def program(tmp_path_factory):
   fixtures.save_hf_clip(ckpt, "grid5_quick")
   out = d / "out"
   out.mkdir()
+  # An operator saved by this one process (a jax.Array on its device): the program restores it.
+  from platonic_jax.core import Grid, Operator
+  from platonic_jax.core.bank import OperatorBank
+  OperatorBank(str(out / "onebank")).put(Operator(
+      W=np.eye(6, dtype=np.float32) * 3, grid=Grid("t", tuple(range(5)), ("a", "b", "c"), ("a {}",)),
+      target_id="m", source="one", rank=2, ridge=1e-2))
   env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
   run = subprocess.run(
       [sys.executable, "-m", "experiments.launch_local", "--processes=2",
@@ -130,3 +136,8 @@ def test_a_process_working_alone_uses_its_devices_and_refuses_collectives(progra
     assert "barrier 'inside' is a collective of every process" in barrier
     assert "agree is a collective" in agree
     assert "cannot be saved inside distributed.solo()" in save and "operator" in save
+
+
+def test_an_operator_saved_by_one_process_restores_on_every_process(program):
+  out, _, _ = program
+  assert [_seen(out, p)["one_process_W"] for p in (0, 1)] == [18.0, 18.0]

@@ -38,9 +38,11 @@ def _command(work, engine_cache, processes):
           "--devices_per_process=2", "--", *main]
 
 
-def _run(world_cache, work, engine_cache, processes):
+def _run(world_cache, work, engine_cache, processes, name):
   out = subprocess.run(_command(work, engine_cache, processes), cwd=ROOT,
                        env=_env(world_cache), capture_output=True, text=True, timeout=900)
+  # each run's log beside the workdirs, to read after a failure
+  (work.parent / f"{name}.log").write_text(out.stdout + out.stderr)
   assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-3000:]
   return out.stdout
 
@@ -101,11 +103,12 @@ def runs(tmp_path_factory):
   {name: (workdir, output)}, plus "killed": (status, output, shard records after the kill)."""
   d = tmp_path_factory.mktemp("partition")
   world = d / "world"
-  out = {"one": (d / "one", _run(world, d / "one", d / "c1", 1)),
-         "two": (d / "two", _run(world, d / "two", d / "c2", 2))}
+  out = {"one": (d / "one", _run(world, d / "one", d / "c1", 1, "one")),
+         "two": (d / "two", _run(world, d / "two", d / "c2", 2, "two"))}
   # The kill reuses the engine cache the 2-process run filled: its cells are what is left.
   out["killed"] = _kill_mid_cells(world, d / "kill", d / "c2")
-  out["rerun"] = (d / "kill", _run(world, d / "kill", d / "c2", 2))
+  (d / "killed.log").write_text(out["killed"][1])
+  out["rerun"] = (d / "kill", _run(world, d / "kill", d / "c2", 2, "rerun"))
   return out
 
 

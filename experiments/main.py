@@ -69,7 +69,8 @@ def main(argv):
   launch.start_distributed()
   log(f"[0/5] toy world '{config.data.world.variant}' seed {config.seed}: pretraining or cache")
   world = launch.build_world(config, log)
-  pipeline.run(world, config, _WORKDIR.value, log=log)
+  if pipeline.run(world, config, _WORKDIR.value, log=log) is None:
+    return  # another process of the program wrote the outputs
   print(launch.where(_WORKDIR.value, [
       ("results", "results.jsonl", "one record per cell and method"),
       ("summary", "summary.json", "mean changes per setting and method, selection, ceilings"),

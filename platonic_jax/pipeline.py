@@ -15,6 +15,11 @@ Stages:
    curve, ``summarize`` (mean changes in points, the paper's Table 1/2 layouts) and the outputs.
 
 Controls never enter any fit; no stage after the source fine-tunes reads a label.
+
+Several processes (one JAX program, ``platonic_jax.parallel.distributed``) divide the work:
+embeddings are data parallel over every device, the fine-tunes and operator solves are divided
+by the engine (``Study.sources``, ``Study.operators_many``), the cells by ``sweep_cells`` (each
+process its own results shard, merged by process 0), and process 0 alone writes the outputs.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from platonic_jax.core import options
 from platonic_jax.core.analysis import CONSENSUS
 from platonic_jax.core.select import check_rule
 from platonic_jax.study import adapter_kwargs, cell_accuracies  # noqa: F401  (re-exported)
+from platonic_jax.sweep import cell_key
 from platonic_jax.validate import check_int, check_number, check_unique
 
 METHODS = ("closed_form", "consensus", "adapter", "oracle", "random_utd", "weight_space")
@@ -352,17 +358,85 @@ def prepare(world, cfg, log: Callable[[str], None] = print) -> Prepared:
   sources = study.sources([(m, t) for m in models for t in names])
   log("[3/5] closed-form operators with label-free selection (+ random-UTD controls and the "
       "consensus)")
-  ops = {}
+  # One batched selection over every source of each (target, grid); the consensus in a request
+  # of its own, so the per-source operators are those of a run without it. Several processes
+  # divide the requests (``Study.operators_many``).
+  requests = []
   for tg in models:
     for t in names:
-      # one batched selection over every source of this (target, grid); the consensus in a
-      # call of its own, so the per-source operators are those of a run without it
-      specs = [x for s in models for x in (s, "random~" + s)]
-      ops.update({(tg, t, k): op for k, op in study.operators(tg, t, specs).items()})
+      requests.append((tg, t, [x for s in models for x in (s, "random~" + s)]))
       if len(models) > 1:
-        ops[(tg, t, CONSENSUS)] = study.operator(tg, t, CONSENSUS)
+        requests.append((tg, t, [CONSENSUS]))
+  ops = {}
+  for (tg, t, _), got in zip(requests, study.operators_many(requests)):
+    ops.update({(tg, t, k): op for k, op in got.items()})
+  for tg in models:
     log(f"  operators for target {tg}")
   return Prepared(names, controls, tasks, emb, zs, sources, ops, study)
+
+
+def cell_cost(cell: dict, cfg) -> float:
+  """What a main-job cell costs relative to the others, for dividing cells over processes, in
+  units of a cell of closed-form rows alone (small products on cached embeddings): +10 for the
+  weight-space row of a same-model cell (a forward pass of the edited target over the
+  evaluation test sets), + the adapter's steps + 10 for an adapter cell (a step taken as one
+  unit, then its forward pass). Set from what each row runs, before measuring;
+  docs/results/multiprocess.md has the measured balance."""
+  same = cell["source"] == cell["target"]
+  return 1.0 + (10.0 if same else 0.0) + (cfg.adapter.steps + 10.0 if cell["adapter"] else 0.0)
+
+
+def _shards(workdir: str) -> list[str]:
+  """The per-process results shards of ``WORKDIR/cells.jsonl`` there (any process count)."""
+  import glob
+  root, ext = os.path.splitext(os.path.join(workdir, CELLS))
+  return sorted(glob.glob(glob.escape(root) + ".shard-*-of-*" + ext))
+
+
+def sweep_cells(workdir: str, chash: str, todo_cells: Sequence[dict], compute: Callable,
+                cost: Callable[[dict], float]) -> tuple[list[dict] | None, list[str]]:
+  """The main job's resumable sweep of ``todo_cells`` in ``WORKDIR/cells.jsonl``, divided over
+  the processes; returns ``(records of every cell in order, or None on a process but the
+  primary; the keys this process computed)``.
+
+  One process appends to ``cells.jsonl``. Several: the cells recorded in no results file
+  (``cells.jsonl`` and every ``cells.shard-*`` of any process count; process 0's view,
+  ``distributed.agree``) are divided by ``distributed.assign`` balanced by ``cost``, each
+  process computes its share alone (``distributed.solo``) and appends each record to its own
+  shard (``distributed.shard_path``), so a rerun after a process died recomputes only the cells
+  no shard holds; after a barrier process 0 merges the shards into ``cells.jsonl``
+  (``distributed.merge_jsonl``, atomically) and removes them."""
+  from platonic_jax.parallel import distributed
+  from platonic_jax.sweep import Sweep
+  n, p = distributed.process_count(), distributed.process_index()
+  path = os.path.join(workdir, CELLS)
+  done: dict = {}
+  for f in [path] + _shards(workdir):
+    for k, rec in Sweep(f, chash, "main").done.items():
+      done.setdefault(k, rec)
+  keys = [cell_key(c) for c in todo_cells]
+  flags = distributed.agree([k not in done for k in keys])
+  todo = [c for c, f in zip(todo_cells, flags) if f]
+  share = distributed.my_share(range(len(todo)), [cost(c) for c in todo])
+  sweep = Sweep(path if n == 1 else distributed.shard_path(path, p, n), chash, "main")
+  with distributed.solo():
+    sweep.run([todo[i] for i in share], compute)
+  distributed.barrier("main:cells")
+  if not distributed.is_primary():
+    return None, list(sweep.computed)
+  parts = _shards(workdir)
+  if parts:  # several processes (now or before): one results file again
+    merged = {r["key"]: r for r in distributed.merge_jsonl(path, [path] + parts,
+                                                            key=lambda r: r["key"])}
+    for f in parts:
+      os.remove(f)
+  else:
+    merged = dict(done)
+    merged.update(sweep.done)
+  lost = [k for k in keys if k not in merged]
+  if lost:
+    raise RuntimeError(f"{len(lost)} cells have no record after the sweep, e.g. {lost[0]}")
+  return [merged[k] for k in keys], list(sweep.computed)
 
 
 def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
@@ -375,11 +449,14 @@ def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
   ``workdir`` that cannot be written is refused first (``sweep.check_writable_dir``), a
   ``cells.jsonl`` of another config before anything is computed.
   """
+  from platonic_jax.parallel import distributed
   from platonic_jax.sweep import Sweep, check_writable_dir, config_hash
   check_writable_dir(workdir, "workdir")
   t0 = time.time()
   names = check_config(cfg, world.downstream)
-  sweep = Sweep(os.path.join(workdir, CELLS), config_hash(cfg), "main")
+  chash = config_hash(cfg)
+  for f in [os.path.join(workdir, CELLS)] + _shards(workdir):  # another config's: refused now
+    Sweep(f, chash, "main")
   p = prepare(world, cfg, log)
   models, controls, zs, sources, ops, study = (list(world.models), p.controls, p.zs, p.sources,
                                                p.ops, p.study)
@@ -387,8 +464,15 @@ def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
   log("[4/5] addition and negation cells; adapter cells: "
       + "; ".join(f"{tg}<-{c[1][0]}:{'+'.join(c[0])}" for tg, c in chosen["addition"])
       + " | " + "; ".join(f"{tg}<-{c[1][0]}:-{c[0][0]}" for tg, c in chosen["negation"]))
-  done = sweep.run(cells(models, names, chosen),
-                   lambda cell: compute_cell(study, cfg, controls, cell, log))
+  all_cells = cells(models, names, chosen)
+  done, computed = sweep_cells(workdir, chash, all_cells,
+                               lambda cell: compute_cell(study, cfg, controls, cell, log),
+                               lambda cell: cell_cost(cell, cfg))
+  share = _share(study, computed, all_cells)
+  if done is None:  # the primary process writes the outputs
+    distributed.barrier("main:outputs")
+    log(share)
+    return None
   records = [r for d in done for r in d["metrics"]["records"]]
   log("[5/5] summary")
   curve = negation_curve(study, ops, names, controls, cfg.negation_strengths)
@@ -413,7 +497,18 @@ def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
   tables = format_tables(records, controls)
   write_outputs(workdir, records, summary, curve, tables)
   log(tables)
+  distributed.barrier("main:outputs")
+  log(share)
   return summary
+
+
+def _share(study, computed: Sequence[str], all_cells: Sequence[dict]) -> str:
+  """The line each process ends with: what it computed itself."""
+  from platonic_jax.parallel import distributed
+  adapters = {cell_key(c) for c in all_cells if c["adapter"]}
+  return (f"process {distributed.process_index()} of {distributed.process_count()} did "
+          f"{study.counts['finetune']} fine-tunes, {study.counts['solve']} solves, "
+          f"{len(computed)} cells ({sum(k in adapters for k in computed)} adapter fits)")
 
 
 OUTPUTS = ("results.jsonl", "summary.json", "negation.png")

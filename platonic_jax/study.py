@@ -33,11 +33,11 @@ import dataclasses
 import json
 import os
 import re
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from platonic_jax import progress
+from platonic_jax import atomic, progress
 from platonic_jax.core.analysis import CONSENSUS
 from platonic_jax.models.preprocess import NaflexInputs
 from platonic_jax.parallel import distributed
@@ -148,6 +148,50 @@ def embed_unique(model, arrays: Sequence[Any]) -> list[np.ndarray]:
   return [out[id(a)] for a in arrays]
 
 
+def _product(entry: str) -> str:
+  """Where a process that computed a cache entry alone (``distributed.solo``) leaves its product
+  until the entry is written collectively: ``<entry>.product``, a dot file beside it (the
+  bank's listing skips dot names)."""
+  head, name = os.path.split(entry)
+  return os.path.join(head, f".{name}.product")
+
+
+def _pack_source(result: dict) -> bytes:
+  """A fine-tune (``Study._train``) as one product file's bytes (``_product``)."""
+  arrays, meta = result["adapter"]
+  blob, desc_meta = result["descriptor"].encode()
+  named = {f"{k}/{i}": a for k in ("a", "b") for i, a in enumerate(arrays[k])}
+  named["descriptor"] = np.frombuffer(blob, np.uint8)
+  return distributed.pack(named, {"adapter": meta, "descriptor": desc_meta,
+                                  **{k: result[k] for k in ("ceiling", "finetune", "seconds")}})
+
+
+def _unpack_source(blob: bytes) -> dict:
+  """Inverse of ``_pack_source``."""
+  from platonic_jax.core.descriptor import Descriptor
+  named, meta = distributed.unpack(blob)
+  n = len(meta["adapter"]["paths"])
+  arrays = {k: [named[f"{k}/{i}"] for i in range(n)] for k in ("a", "b")}
+  return {"adapter": (arrays, meta["adapter"]), "descriptor": Descriptor.decode(
+      named["descriptor"].tobytes(), meta["descriptor"], "a fine-tune product"),
+          **{k: meta[k] for k in ("ceiling", "finetune", "seconds")}}
+
+
+def _pack_operators(ops: Mapping[str, Any]) -> bytes:
+  """{spec: Operator} as one product file's bytes (``W`` and ``operator_record`` each)."""
+  from platonic_jax.core.operator import operator_record
+  specs = list(ops)
+  return distributed.pack({f"W/{i}": np.asarray(ops[s].W) for i, s in enumerate(specs)},
+                          [[s, operator_record(ops[s])] for s in specs])
+
+
+def _unpack_operators(blob: bytes) -> dict[str, Any]:
+  """Inverse of ``_pack_operators``."""
+  from platonic_jax.core.operator import operator_from_record
+  named, meta = distributed.unpack(blob)
+  return {s: operator_from_record(named[f"W/{i}"], rec) for i, (s, rec) in enumerate(meta)}
+
+
 class Study:
   """Models and tasks plus the content-keyed caches (see the module docstring).
 
@@ -205,6 +249,7 @@ class Study:
     self._bank = None
     self._hashes: dict[int, tuple[Any, str]] = {}
     self._fp: dict[str, str] = {}
+    self._params: dict[str, int] = {}
     self._emb: dict[tuple[str, str], TaskEmbeddings] = {}
     self._pixels: dict[tuple[str, int], tuple[Any, np.ndarray]] = {}
     self._sources: dict[tuple[str, str, int], Source] = {}
@@ -413,37 +458,49 @@ class Study:
     ``workers`` at a time (default: the study's ``workers``) in threads, each its own seeded
     run of the same compiled step, so the sources are identical for any value (on a 2-core CPU
     two keep both cores busy between the tiny steps' dispatches); they are stored in pair
-    order."""
+    order.
+
+    Several processes (one program; every process calls this with the same pairs): the missing
+    fine-tunes (process 0's view of the cache, ``distributed.agree``) are divided over the
+    processes by ``distributed.assign``, balanced by ``finetune_cost``. Each process trains its
+    share alone (``distributed.solo``: its local devices, its threads) and writes each product
+    as soon as it is done (``_product``: one file, atomically); after a barrier every entry is
+    written collectively from its product (Orbax's multi-process path: the primary host
+    writes), in pair order. A product outlives a killed run, so a rerun stores it without
+    training again."""
     recipe = self._recipe(seed)
     workers = self.workers if workers is None else int(workers)
     if workers < 1:
       raise ValueError(f"workers must be a positive integer, got {workers}")
-    todo = []
-    for m, t in dict.fromkeys(pairs):
-      if (m, t, recipe["seed"]) not in self._sources:
-        path = self._source_path(m, t, recipe)
-        if not os.path.isfile(os.path.join(path, "meta.json")):
-          todo.append((m, t, path))
-    if todo:
+    entries = [(m, t, self._source_path(m, t, recipe)) for m, t in dict.fromkeys(pairs)
+               if (m, t, recipe["seed"]) not in self._sources]
+    stored = [os.path.isfile(os.path.join(path, "meta.json")) for _, _, path in entries]
+    train = lambda item: self._train(item[0], item[1], recipe)
+    if distributed.process_count() == 1 or distributed.alone():
+      todo = [e for e, done in zip(entries, stored) if not done]
       for m, t, _ in todo:  # embeddings first, in this thread (one run per model)
         self.emb(m, t)
-      train = lambda item: self._train(item[0], item[1], recipe)
-      # Several processes: embeddings are collectives over every process, which must be issued
-      # in the same order everywhere, so no threads (their order differs between processes).
-      if distributed.process_count() > 1:
-        workers = 1
-      if workers == 1 or len(todo) == 1:
-        done = map(train, todo)
-      else:
-        import concurrent.futures
-        pool = concurrent.futures.ThreadPoolExecutor(workers)
-        done = pool.map(train, todo)
-      try:
-        for (m, t, path), result in zip(todo, done):
-          self._store(path, m, t, recipe, result)
-      finally:
-        if workers > 1 and len(todo) > 1:
-          pool.shutdown()
+      for (m, t, path), result in zip(todo, self._map(train, todo, workers)):
+        self._store(path, m, t, recipe, result)
+    else:
+      made = [os.path.isfile(_product(path)) for _, _, path in entries]
+      flags = distributed.agree(stored + made)  # process 0's view, the same list everywhere
+      store = [e for e, done in zip(entries, flags[:len(entries)]) if not done]
+      todo = [e for e, done, got in zip(entries, flags[:len(entries)], flags[len(entries):])
+              if not done and not got]
+      for m, t, _ in store:  # embeddings first: collectives, in the same order everywhere
+        self.emb(m, t)
+      mine = distributed.my_share(todo, [self.finetune_cost(m, recipe) for m, _, _ in todo])
+      with distributed.solo():
+        for (m, t, path), result in zip(mine, self._map(train, mine, workers)):
+          atomic.write_bytes(_product(path), _pack_source(result))
+      distributed.barrier("study:sources")
+      for m, t, path in store:  # collective writes, in pair order
+        with open(_product(path), "rb") as f:
+          result = _unpack_source(f.read())
+        self._store(path, m, t, recipe, result)
+        if distributed.is_primary():
+          os.remove(_product(path))
     out = {}
     for m, t in pairs:
       mkey = (m, t, recipe["seed"])
@@ -453,8 +510,36 @@ class Study:
       out[(m, t)] = self._sources[mkey]
     return out
 
+  @staticmethod
+  def _map(fn: Callable, items: Sequence, workers: int) -> Iterator:
+    """``fn(x)`` for each of ``items`` in order, as each is done; ``workers`` at a time in
+    threads."""
+    if workers == 1 or len(items) <= 1:
+      yield from map(fn, items)
+      return
+    import concurrent.futures
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+      yield from pool.map(fn, items)
+
+  def param_count(self, m: str) -> int:
+    """Parameters of model ``m`` (both towers)."""
+    if m not in self._params:
+      import jax
+      from flax import nnx
+      self._params[m] = int(sum(np.size(x) for x in jax.tree.leaves(
+          nnx.state(self.model(m).module, nnx.Param))))
+    return self._params[m]
+
+  def finetune_cost(self, m: str, recipe: Mapping[str, Any] | None = None) -> float:
+    """What a source fine-tune of ``m`` costs relative to others, for dividing them over
+    processes: steps x batch x the model's parameters (a forward and backward pass per example
+    scales with the parameters at a fixed input size)."""
+    r = recipe or self.source_recipe
+    return float(r["steps"]) * float(r["batch"]) * self.param_count(m)
+
   def _train(self, m: str, t: str, recipe: dict) -> dict:
-    """One source fine-tune: the fine-tuned model, its descriptor and ceiling (not stored)."""
+    """One source fine-tune: its adapter (``train.adapter_arrays``), descriptor and ceiling (not
+    stored)."""
     import time
     from platonic_jax.core import train
     from platonic_jax.core.descriptor import Descriptor, Provenance
@@ -476,8 +561,8 @@ class Study:
     seconds = time.time() - t0
     self.log(f"  fine-tune {m} on {t} (seed {recipe['seed']}): zero-shot "
              f"{self.zero_shot(m, t):.1f} -> {ceiling:.1f}  ({seconds:.1f}s)")
-    return {"model": ft, "descriptor": desc, "ceiling": ceiling, "finetune": fid,
-            "seconds": seconds}
+    return {"adapter": train.adapter_arrays(ft), "descriptor": desc, "ceiling": ceiling,
+            "finetune": fid, "seconds": seconds}
 
   def _store(self, path: str, m: str, t: str, recipe: dict, result: dict) -> None:
     """Writes a fine-tune (``_train``) as the cache entry ``path``. Runs racing on this source
@@ -485,7 +570,7 @@ class Study:
     (the primary host writes: ``distributed.staged_dir``)."""
     from platonic_jax.core import train
     with distributed.staged_dir(path) as tmp:
-      train.save_adapter(os.path.join(tmp, "adapter"), result["model"])
+      train.write_adapter(os.path.join(tmp, "adapter"), *result["adapter"])
       if distributed.is_primary():
         result["descriptor"].save(os.path.join(tmp, "descriptor.safetensors"))
         meta = {"format": _SOURCE_VERSION, "model": m, "task": t, "recipe": recipe,
@@ -593,10 +678,87 @@ class Study:
   def operators(self, target: str, t: str, specs: Sequence[str],
                 seed: int | None = None) -> dict[str, Any]:
     """{spec: Operator} for target ``target`` on task ``t``: loaded from the bank, or solved
-    (one batched label-free selection over every missing spec) and stored."""
+    (one batched label-free selection over every missing spec) and stored. Several processes:
+    ``operators_many`` of this one request."""
+    if distributed.process_count() > 1 and not distributed.alone():
+      return self.operators_many([(target, t, specs)], seed)[0]
+    return self._operators(target, t, specs, seed)
+
+  def operators_many(self, requests: Sequence[tuple[str, str, Sequence[str]]],
+                     seed: int | None = None) -> list[dict[str, Any]]:
+    """``[operators(target, t, specs)]`` for each request ``(target, t, specs)``, each request
+    one batched selection over its missing specs.
+
+    Several processes (every process calls this with the same requests): the requests with
+    something to solve (process 0's view of the bank, ``distributed.agree``) are divided over
+    the processes by ``distributed.assign``, balanced by ``solve_cost``. Each process solves
+    its share alone (``distributed.solo``) and writes each request's operators as one product
+    file (``_product``, atomically); after a barrier every operator is put in the bank
+    collectively (the primary host writes), in request order."""
+    requests = [(tg, t, list(specs)) for tg, t, specs in requests]
+    fs = self._recipe(seed)["seed"]
+    if distributed.process_count() > 1 and not distributed.alone():
+      missing = [self._missing(tg, t, specs, seed) for tg, t, specs in requests]
+      flags = distributed.agree([bool(x) for x in missing])
+      todo = [i for i, f in enumerate(flags) if f]
+      # Costs and product names from the requests alone, the same on every process.
+      costs = [self.solve_cost(requests[i][0], requests[i][1], len(requests[i][2])) for i in todo]
+      files = {}
+      for i in todo:
+        tg, t, specs = requests[i]
+        sids = [self._source_id(s, self.descriptor(s, t, seed, target=tg), seed) for s in specs]
+        files[i] = _product(os.path.join(self.cache_dir, "bank", content_hash(
+            "operators/1", self.target_id(tg), t, fs, sids)))
+      with distributed.solo():
+        for i in distributed.my_share(todo, costs):
+          ops = self._operators(*requests[i], seed, store=False, only_missing=True)
+          atomic.write_bytes(files[i], _pack_operators(ops))
+      distributed.barrier("study:operators")
+      for i in todo:  # collective bank writes, in request order
+        tg, t, _ = requests[i]
+        with open(files[i], "rb") as f:
+          ops = _unpack_operators(f.read())
+        for spec, op in ops.items():
+          try:
+            self.bank.put(op)
+          except FileExistsError:  # solved concurrently by another run: same content
+            pass
+          self._ops[(tg, t, spec, fs)] = op
+      distributed.barrier("study:operators:stored")
+      if distributed.is_primary():
+        for f in files.values():
+          os.remove(f)
+    return [self._operators(tg, t, specs, seed) for tg, t, specs in requests]
+
+  def solve_cost(self, target: str, t: str, n_specs: int) -> float:
+    """What solving ``n_specs`` specs for ``target`` on ``t`` in one batched selection costs
+    relative to other requests, for dividing them over processes: the padded batch of sources
+    (``_operators``) x probes x embedding width."""
+    e = self.emb(target, t)
+    return float(max(4, 1 << (n_specs - 1).bit_length()) * e.probes.shape[0] * e.probes.shape[1])
+
+  def _missing(self, target: str, t: str, specs: Sequence[str], seed: int | None) -> list:
+    """``[(spec, descriptor, source id)]`` of the specs neither in memory nor in the bank."""
+    fs = self._recipe(seed)["seed"]
+    missing = []
+    for spec in dict.fromkeys(specs):
+      if (target, t, spec, fs) in self._ops:
+        continue
+      desc = self.descriptor(spec, t, seed, target=target)
+      sid = self._source_id(spec, desc, seed)
+      if (self.target_id(target), t, sid) not in self.bank:
+        missing.append((spec, desc, sid))
+    return missing
+
+  def _operators(self, target: str, t: str, specs: Sequence[str], seed: int | None = None, *,
+                 store: bool = True, only_missing: bool = False) -> dict[str, Any]:
+    """``operators`` on this process: loads or solves; ``store``: puts what it solves in the
+    bank (never inside ``distributed.solo()``: it keeps them in memory then). ``only_missing``:
+    returns only the specs it solved."""
     import dataclasses as dc
     from platonic_jax.core.operator import Operator
     from platonic_jax.core.select import select_rank_ridge
+    store = store and not distributed.alone()
     fs = self._recipe(seed)["seed"]
     out, missing = {}, []
     for spec in specs:
@@ -624,11 +786,14 @@ class Study:
                             rank=sel.rank, ridge=sel.ridge, source=sid)
         op = dc.replace(op, selection=sel)
         self.counts["solve"] += 1
-        try:
-          self.bank.put(op)
-        except FileExistsError:  # solved concurrently by another process: same content
-          pass
+        if store:
+          try:
+            self.bank.put(op)
+          except FileExistsError:  # solved concurrently by another process: same content
+            pass
         out[spec] = self._ops[(target, t, spec, fs)] = op
+    if only_missing:
+      return {spec: out[spec] for spec, _, _ in missing}
     return {s: out[s] for s in specs}
 
   def operator(self, target: str, t: str, spec: str, seed: int | None = None):

@@ -120,6 +120,7 @@ class OperatorBank:
       raise TypeError(f"bank.put takes an Operator, got {type(op).__name__}")
     key = op.key
     final = os.path.join(self.directory, entry_name(key))
+    distributed.check_orbax_save(f"operator {_fmt(key)}")
     if os.path.exists(final) and not overwrite:
       raise FileExistsError(f"bank already holds {_fmt(key)}; pass overwrite=True to replace it")
     # One process: a unique temporary, renamed into place. Several processes (one JAX program):
@@ -137,7 +138,7 @@ class OperatorBank:
 
   @staticmethod
   def _write_arrays(path: str, op: Operator) -> None:
-    with ocp.StandardCheckpointer() as ckpt:
+    with ocp.StandardCheckpointer(multiprocessing_options=distributed.orbax_options()) as ckpt:
       W = jnp.asarray(op.W)
       ckpt.save(path, {"W": W if jax.process_count() == 1 else np.asarray(W)})
       ckpt.wait_until_finished()
@@ -203,8 +204,9 @@ class OperatorBank:
     if (meta["target_id"], meta["task"], meta["source"]) != key:
       raise ValueError(f"{path}: entry holds {_fmt((meta['target_id'], meta['task'], meta['source']))}"
                        f", not {_fmt(key)}")
-    with ocp.StandardCheckpointer() as ckpt:
-      arrays = ckpt.restore(os.path.join(path, _ARRAYS))
+    with ocp.StandardCheckpointer(multiprocessing_options=distributed.orbax_options()) as ckpt:
+      arrays = ckpt.restore(os.path.join(path, _ARRAYS), distributed.local_abstract(
+          {"W": jax.ShapeDtypeStruct(tuple(meta["shape"]), jnp.dtype(meta["dtype"]))}))
     return operator_from_record(np.asarray(arrays["W"]), meta)
 
   # -- composition -------------------------------------------------------------------------

@@ -396,6 +396,12 @@ class Descriptor:
     safetensors bytes, so a mismatched pair is detected on load.
     """
     path = os.fspath(path)
+    blob, meta = self.encode()
+    text = json.dumps(meta, indent=1, sort_keys=True).encode("utf-8")
+    atomic.write_files([(path, blob), (path + ".json", text)])
+
+  def encode(self) -> tuple[bytes, dict[str, Any]]:
+    """``(safetensors bytes of the arrays, JSON sidecar)``: what ``save`` writes."""
     arrays = {f"U/{v}": np.ascontiguousarray(np.asarray(t.U)) for v, t in self._terms.items()}
     blob = safetensors.numpy.save(arrays, metadata={"format": _FORMAT})
     meta = {
@@ -405,8 +411,7 @@ class Descriptor:
                    "provenance": [p.to_json_dict() for p in t.provenance]}
                   for v, t in self._terms.items()],
     }
-    text = json.dumps(meta, indent=1, sort_keys=True).encode("utf-8")
-    atomic.write_files([(path, blob), (path + ".json", text)])
+    return blob, meta
 
   @classmethod
   def load(cls, path: str | os.PathLike) -> "Descriptor":
@@ -416,21 +421,26 @@ class Descriptor:
       blob = f.read()
     with open(path + ".json", "r", encoding="utf-8") as f:
       meta = json.load(f)
+    return cls.decode(blob, meta, path)
+
+  @classmethod
+  def decode(cls, blob: bytes, meta: Mapping[str, Any], where: str = "descriptor") -> "Descriptor":
+    """Inverse of `encode` (``where`` names the source in errors)."""
     if meta.get("format") != _FORMAT:
-      raise ValueError(f"{path}.json is not a descriptor sidecar (format {meta.get('format')!r})")
+      raise ValueError(f"{where}.json is not a descriptor sidecar (format {meta.get('format')!r})")
     if hashlib.sha256(blob).hexdigest() != meta["arrays_sha256"]:
-      raise ValueError(f"{path}: arrays do not match the JSON sidecar (mixed or partial write)")
+      raise ValueError(f"{where}: arrays do not match the JSON sidecar (mixed or partial write)")
     arrays = safetensors.numpy.load(blob)
     terms = []
     for rec in meta["terms"]:
       grid = Grid.from_json_dict(rec["grid"])
       if rec["key"] not in arrays:
-        raise ValueError(f"{path}: missing array {rec['key']!r} for task {grid.task!r}")
+        raise ValueError(f"{where}: missing array {rec['key']!r} for task {grid.task!r}")
       terms.append(Term(grid, arrays[rec["key"]],
                         tuple(Provenance.from_json_dict(p) for p in rec["provenance"])))
     if len(arrays) != len(terms):
       extra = sorted(set(arrays) - {r["key"] for r in meta["terms"]})
-      raise ValueError(f"{path}: arrays not described by the sidecar: {extra}")
+      raise ValueError(f"{where}: arrays not described by the sidecar: {extra}")
     return cls(terms)
 
 

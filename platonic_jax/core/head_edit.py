@@ -168,7 +168,7 @@ def solve_head_edit(Hh, Sf, ridge: float) -> jax.Array:
     S = S.transpose(1, 0, 2).reshape(S.shape[1], -1)
   # like the closed form's default factorisation (core.solve, "eigh64"): the normal equations
   # are formed and solved in float64 on the host, the result cast to the compute dtype
-  with jax.enable_x64(True), jax.default_device(jax.devices("cpu")[0]):
+  with jax.enable_x64(True), jax.default_device(jax.local_devices(backend="cpu")[0]):
     dK = np.asarray(_ridge(jnp.asarray(H), jnp.asarray(S), jnp.asarray(r, jnp.float64)))
   if k is not None:
     dK = dK.reshape(dK.shape[0], k, -1).transpose(1, 0, 2)

@@ -239,7 +239,7 @@ def _basis(X, G, normalize: bool = True, method: str = DEFAULT_METHOD) -> SolveB
     return _factor(X, G, normalize=normalize, method="eigh")
   dt = X.dtype
   X64, G64 = np.asarray(X, np.float64), np.asarray(G, np.float64)
-  with jax.enable_x64(True), jax.default_device(jax.devices("cpu")[0]):
+  with jax.enable_x64(True), jax.default_device(jax.local_devices(backend="cpu")[0]):
     host = [np.asarray(a) for a in _factor(jnp.asarray(X64), jnp.asarray(G64),
                                            normalize=normalize, method="eigh")]
   return SolveBasis(*(jnp.asarray(a.astype(dt)) for a in host))

@@ -513,6 +513,18 @@ def base_fingerprint(model: DualEncoder) -> str:
   return base.fingerprint()
 
 
+def _adapter_checkpointer():
+  """The Orbax checkpointer of an adapter (arrays and meta), over every process of the program
+  or, inside ``distributed.solo()``, over this process alone (``distributed.orbax_options``)."""
+  import orbax.checkpoint as ocp
+  mp = distributed.orbax_options()
+  handler = ocp.CompositeCheckpointHandler(
+      composite_options=ocp.CompositeOptions(multiprocessing_options=mp),
+      arrays=ocp.StandardCheckpointHandler(multiprocessing_options=mp),
+      meta=ocp.JsonCheckpointHandler(multiprocessing_options=mp))
+  return ocp.Checkpointer(handler, multiprocessing_options=mp)
+
+
 def save_adapter(path: str | os.PathLike, model: DualEncoder, *, overwrite: bool = False) -> str:
   """Writes the model's unmerged adapter as an Orbax checkpoint directory at ``path``.
 
@@ -527,22 +539,39 @@ def save_adapter(path: str | os.PathLike, model: DualEncoder, *, overwrite: bool
 
       save_adapter("adapters/eurosat", finetune_source(model, X, y, G))   # a (in, r), b (r, out)
   """
-  import orbax.checkpoint as ocp
   path = os.path.abspath(os.fspath(path))
+  if os.path.exists(path) and not overwrite:
+    raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
+  arrays, meta = adapter_arrays(model)
+  return write_adapter(path, arrays, meta)
+
+
+def adapter_arrays(model: DualEncoder) -> tuple[dict[str, list[np.ndarray]], dict]:
+  """``(arrays, meta)`` of the model's unmerged adapter as ``save_adapter`` writes them:
+  arrays {"a": [(in, r)], "b": [(r, out)]} (host numpy, one pair per layer), meta the JSON
+  record (layer paths, scales, ranks, base model and its fingerprint). ValueError when the
+  model carries no adapter."""
   ads = lora.adapters(model.module)
   if not ads:
     raise ValueError(f"model {model.name!r} carries no unmerged LoRA adapter to save")
-  if os.path.exists(path) and not overwrite:
-    raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
   arrays = {"a": [np.asarray(ad.a) for ad in ads.values()],
             "b": [np.asarray(ad.b) for ad in ads.values()]}
   meta = {"format": ADAPTER_FORMAT, "paths": list(ads), "scales": [ad.scale for ad in ads.values()],
           "ranks": [int(ad.a.shape[1]) for ad in ads.values()], "family": model.family.name,
           "base_model": model.name, "base_fingerprint": base_fingerprint(model)}
-  # Several processes: a collective (the same adapter from every process; the primary host
-  # writes it through Orbax's multi-process path).
+  return arrays, meta
+
+
+def write_adapter(path: str | os.PathLike, arrays: dict, meta: dict) -> str:
+  """Writes ``adapter_arrays``' ``(arrays, meta)`` as the adapter checkpoint ``path``
+  (atomically, replacing one there). Several processes: a collective (every process calls it
+  with the same adapter; the primary host writes it through Orbax's multi-process path); not
+  inside ``distributed.solo()`` (RuntimeError: Orbax writes arrays from process 0 only)."""
+  import orbax.checkpoint as ocp
+  path = os.path.abspath(os.fspath(path))
+  distributed.check_orbax_save(f"the adapter {path}")
   with distributed.staged_dir(path, replace=True, create=False) as staged:
-    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
+    with _adapter_checkpointer() as ckptr:
       ckptr.save(staged, ocp.args.Composite(arrays=ocp.args.StandardSave(arrays),
                                             meta=ocp.args.JsonSave(meta)))
   return path
@@ -563,7 +592,7 @@ def load_adapter(path: str | os.PathLike, model: DualEncoder) -> DualEncoder:
   if not os.path.isdir(path):
     raise FileNotFoundError(f"no adapter checkpoint at {path}")
   check_no_adapter(model, "load_adapter")
-  with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
+  with _adapter_checkpointer() as ckptr:
     meta = ckptr.restore(path, ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
     if not isinstance(meta, dict) or meta.get("format") != ADAPTER_FORMAT:
       raise ValueError(f"{path} is not a LoRA adapter checkpoint")
@@ -582,7 +611,7 @@ def load_adapter(path: str | os.PathLike, model: DualEncoder) -> DualEncoder:
         "b": [jax.ShapeDtypeStruct((r, layers[p].out_features), jnp.float32)
               for p, r in zip(meta["paths"], meta["ranks"])]}
     arrays = ckptr.restore(path, ocp.args.Composite(
-        arrays=ocp.args.StandardRestore(abstract)))["arrays"]
+        arrays=ocp.args.StandardRestore(distributed.local_abstract(abstract))))["arrays"]
   out = model.clone()
   ads = {p: lora.Adapter(jnp.asarray(a), jnp.asarray(b), float(s))
          for p, a, b, s in zip(meta["paths"], arrays["a"], arrays["b"], meta["scales"])}

@@ -9,12 +9,22 @@ CPU backend cross-process collectives use gloo, so the same code runs as local p
 
 A computation on the global mesh (an embedding: ``platonic_jax.embed``) is a collective: every
 process must issue the same ones in the same order, so none may be issued from threads whose
-order differs between processes (``pipeline.finetune_sources`` runs one after another then).
+order differs between processes (``Study.sources`` embeds before its threads start).
 
 Helpers for dividing work and writing results once: ``process_index``/``process_count``/
 ``is_primary``, ``barrier``, ``assign`` (a deterministic balanced assignment of items to
 processes), ``shard_path``/``merge_jsonl`` (per-process results shards merged by the primary
-process), ``broadcast_str`` and ``allgather_rows``.
+process), ``broadcast_str``, ``agree`` and ``allgather_rows``.
+
+A partitioned stage (``Study.sources``, ``Study.operators_many``, the main job's cells) runs
+each process's share inside ``solo()``: there the process is a program of its own on its local
+devices (``mesh.data_mesh`` spans them only, so an embedding is no collective), writes its
+plain cache entries alone (``staged_dir`` is ``atomic.staged_dir``, ``is_primary`` is true),
+restores Orbax checkpoints alone (``orbax_options``) but saves none (Orbax writes arrays from
+process 0 only: ``check_orbax_save``), and a ``barrier`` or broadcast is an error (the other
+processes are not there). Each product goes to the shared cache as one file (``pack``, written
+atomically); after a barrier the Orbax entries (source adapters, the operator bank) are written
+collectively from them: every process calls the save, the primary host writes.
 """
 
 from __future__ import annotations
@@ -24,7 +34,8 @@ import json
 import math
 import os
 import shutil
-from typing import Callable, Hashable, Iterator, Sequence
+import sys
+from typing import Callable, Hashable, Iterator, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -85,7 +96,8 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   With the three arguments (validated by ``check_args``), initialises explicitly; without them,
   auto-detects on Cloud TPU, SLURM and Open MPI (``looks_multiprocess``) and otherwise stays
   one process (a no-op). A second call is a no-op. On the CPU backend the cross-process
-  collectives are gloo's (``jax_cpu_collectives_implementation``).
+  collectives are gloo's (``jax_cpu_collectives_implementation``). With several processes an
+  uncaught error ends the process at once, status 1 (``_exit_at_once``).
   """
   explicit = check_args(coordinator_address, num_processes, process_id)
   if jax.distributed.is_initialized():
@@ -101,7 +113,24 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
                                num_processes=num_processes, process_id=process_id)
   else:
     jax.distributed.initialize()
+  if jax.process_count() > 1:
+    sys.excepthook = _exit_at_once(sys.excepthook)
   return jax.process_count()
+
+
+def _exit_at_once(hook):
+  """An excepthook that reports an uncaught error with ``hook`` and ends the process at once
+  (status 1): at a normal exit JAX's shutdown waits for every other process, which may be
+  waiting for this one at a barrier, so a failing process would hang instead of failing (and
+  ``experiments.launch_local``, a pod or SLURM would not see it fail)."""
+  def excepthook(*args):
+    try:
+      hook(*args)
+    finally:
+      sys.stdout.flush()
+      sys.stderr.flush()
+      os._exit(1)
+  return excepthook
 
 
 def process_index() -> int:
@@ -113,21 +142,93 @@ def process_count() -> int:
 
 
 def is_primary() -> bool:
-  """Whether this is process 0, the one that writes the program's shared outputs."""
-  return jax.process_index() == 0
+  """Whether this process writes the program's shared outputs: process 0, or any process
+  inside ``solo()`` (its own program then)."""
+  return jax.process_index() == 0 or alone()
 
 
-def barrier(name: str) -> None:
+# How deep this process is in ``solo`` blocks (process-wide: threads started inside see it).
+_SOLO_DEPTH = 0
+
+
+@contextlib.contextmanager
+def solo() -> Iterator[None]:
+  """Inside the block this process works alone on its share of a partitioned stage: a program
+  of its own on its local devices (see the module docstring). Nests; a no-op with one
+  process. Every collective (``barrier``, ``broadcast_str``, ``agree``, a collective
+  ``staged_dir``) inside it is a RuntimeError."""
+  global _SOLO_DEPTH
+  _SOLO_DEPTH += 1
+  try:
+    yield
+  finally:
+    _SOLO_DEPTH -= 1
+
+
+def alone() -> bool:
+  """Whether this process is inside ``solo()`` in a program of several processes."""
+  return _SOLO_DEPTH > 0 and jax.process_count() > 1
+
+
+def _no_collective(what: str) -> None:
+  if alone():
+    raise RuntimeError(f"{what} is a collective of every process; inside distributed.solo() "
+                       "this process works alone")
+
+
+def orbax_options():
+  """Orbax's ``MultiprocessingOptions`` for a checkpointer here: the default (every process
+  saves together, the primary host writes) outside ``solo()``; inside it, this process as the
+  only active one and its own primary host, so it restores alone (it may not save there:
+  ``check_orbax_save``)."""
+  import orbax.checkpoint as ocp
+  if alone():
+    p = jax.process_index()
+    return ocp.options.MultiprocessingOptions(primary_host=p, active_processes={p})
+  return ocp.options.MultiprocessingOptions()
+
+
+def check_orbax_save(what: str) -> None:
+  """RuntimeError naming ``what`` inside ``solo()``: Orbax writes numpy arrays from process 0
+  only, so an Orbax entry is written collectively, after the block, from the product its
+  process left (``pack``)."""
+  if alone():
+    raise RuntimeError(f"{what} cannot be saved inside distributed.solo(): Orbax writes arrays "
+                       "from process 0 only; save it collectively after the block")
+
+
+# How long a barrier waits for the slowest process (a share of fine-tunes may take hours).
+BARRIER_TIMEOUT_S = 24 * 3600
+_BARRIERS: dict[str, int] = {}  # how often this process passed each barrier name
+
+
+def barrier(name: str, timeout_s: float | None = None) -> None:
   """Blocks until every process reaches the barrier ``name`` (the same name on every process,
-  in the same order). A no-op with one process."""
-  if jax.process_count() > 1:
+  in the same order). A no-op with one process.
+
+  It waits on JAX's coordination service (``wait_at_barrier``: no device collective, so it
+  does not time out with the CPU collectives' 30 s while another process finishes a long share;
+  a missing process is named in its error after ``timeout_s``, default
+  ``BARRIER_TIMEOUT_S``); where there is no coordination client, on a device collective
+  (``multihost_utils.sync_global_devices``)."""
+  _no_collective(f"barrier {name!r}")
+  if jax.process_count() == 1:
+    return
+  from jax._src import distributed as jax_distributed
+  client = jax_distributed.global_state.client
+  if client is None:
     from jax.experimental import multihost_utils
     multihost_utils.sync_global_devices(name)
+    return
+  _BARRIERS[name] = _BARRIERS.get(name, 0) + 1  # every pass its own barrier id
+  client.wait_at_barrier(f"platonic_jax:{name}:{_BARRIERS[name]}",
+                         int(1000 * (BARRIER_TIMEOUT_S if timeout_s is None else timeout_s)))
 
 
 def broadcast_str(s: str, max_bytes: int = 1024) -> str:
   """Process 0's ``s`` on every process (a collective: every process calls it). ``s`` as UTF-8
   must fit in ``max_bytes``."""
+  _no_collective("broadcast_str")
   if jax.process_count() == 1:
     return s
   from jax.experimental import multihost_utils
@@ -140,6 +241,38 @@ def broadcast_str(s: str, max_bytes: int = 1024) -> str:
   out = np.asarray(multihost_utils.broadcast_one_to_all(buf))
   n = int(np.frombuffer(out[:4].tobytes(), np.uint32)[0])
   return out[4:4 + n].tobytes().decode("utf-8")
+
+
+def agree(flags: Sequence[bool]) -> list[bool]:
+  """Process 0's ``flags`` on every process (a collective: every process passes as many), so a
+  stage's processes divide the same list of missing items even when another run fills a shared
+  cache meanwhile."""
+  _no_collective("agree")
+  flags = [bool(f) for f in flags]
+  if jax.process_count() == 1 or not flags:
+    return flags
+  from jax.experimental import multihost_utils
+  out = np.asarray(multihost_utils.broadcast_one_to_all(np.asarray(flags, np.uint8)))
+  if out.shape != (len(flags),):
+    raise RuntimeError(f"agree: process 0 passed {out.shape[0]} flags, this process "
+                       f"{len(flags)}")
+  return [bool(f) for f in out]
+
+
+def pack(arrays: Mapping[str, np.ndarray], meta) -> bytes:
+  """A product of one process's share as bytes (safetensors: named arrays, JSON-able ``meta``;
+  no pickle), for the processes that write or read it after the share."""
+  import safetensors.numpy
+  return safetensors.numpy.save({k: np.ascontiguousarray(v) for k, v in arrays.items()},
+                                metadata={"meta": json.dumps(meta, sort_keys=True)})
+
+
+def unpack(blob: bytes) -> tuple[dict[str, np.ndarray], object]:
+  """Inverse of ``pack``: (arrays, meta)."""
+  import safetensors.numpy
+  n = int.from_bytes(blob[:8], "little")  # safetensors: u64 header size, then the JSON header
+  header = json.loads(blob[8:8 + n])
+  return safetensors.numpy.load(blob), json.loads(header["__metadata__"]["meta"])
 
 
 def allgather_rows(x: jax.Array) -> np.ndarray:
@@ -244,12 +377,12 @@ def staged_dir(final: str, *, replace: bool = False, create: bool = True) -> Ite
   Inside, every process makes the same Orbax ``save`` calls (Orbax's multi-process path: the
   primary host writes, with host arrays passed as numpy, ``host_arrays``) and only the primary
   process (``is_primary``) writes plain files. After a barrier process 0 publishes it
-  (``atomic.publish_dir``); after a second barrier every process can read it. One process:
-  exactly ``atomic.staged_dir(final, replace=replace)``. Needs a file system that every
-  process sees (one host, or a shared file system). ``create=False``: the temporary is not
-  created (an Orbax save of the whole entry creates it)."""
+  (``atomic.publish_dir``); after a second barrier every process can read it. One process
+  (or inside ``solo()``): exactly ``atomic.staged_dir(final, replace=replace)``. Needs a file
+  system that every process sees (one host, or a shared file system). ``create=False``: the
+  temporary is not created (an Orbax save of the whole entry creates it)."""
   from platonic_jax import atomic
-  if jax.process_count() == 1:
+  if jax.process_count() == 1 or alone():
     with atomic.staged_dir(final, replace=replace, create=create) as tmp:
       yield tmp
     return
@@ -273,6 +406,15 @@ def staged_dir(final: str, *, replace: bool = False, create: bool = True) -> Ite
   finally:
     if is_primary() and os.path.exists(tmp):
       shutil.rmtree(tmp, ignore_errors=True)
+
+
+def local_abstract(tree):
+  """``tree``'s arrays (or shape-dtype structs) as ``jax.ShapeDtypeStruct`` targets on this
+  process's first device, for Orbax restores: a checkpoint saved by a program of another
+  topology (one process, or several) then restores on every process instead of failing with a
+  topology mismatch."""
+  sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
 
 
 def host_arrays(tree):

@@ -26,7 +26,16 @@ def initialize_distributed(coordinator_address: str | None = None,
 
 
 def data_mesh(num_devices: int | None = None) -> Mesh:
-  """A 1-D mesh named ``data`` over the first ``num_devices`` devices (default: all)."""
+  """A 1-D mesh named ``data`` over the first ``num_devices`` devices (default: all); inside
+  ``distributed.solo()`` (a process working alone on its share) over this process's local
+  devices only."""
+  from platonic_jax.parallel import distributed
+  if distributed.alone():
+    local = jax.local_devices()
+    n = num_devices or len(local)
+    if n > len(local):
+      raise ValueError(f"asked for {n} devices, only {len(local)} local ones in distributed.solo()")
+    return Mesh(np.asarray(local[:n]), (DATA,))
   n = num_devices or jax.device_count()
   if n > jax.device_count():
     raise ValueError(f"asked for {n} devices, only {jax.device_count()} available")

@@ -1,13 +1,16 @@
 """One process of the local multi-process program of ``test_multiprocess.py`` (started by
 ``experiments.launch_local`` with the three start-up flags, as any launcher is).
 
-Writes into ``--out``: ``p<i>.npz`` (the split embedded over the global mesh of every process) and ``p<i>.json`` (what it saw), after a collective
-operator-bank write, a collective LoRA-adapter save (Orbax's multi-process path) and a race of
-both processes on one embedding-cache entry and one directory cache entry.
+Writes into ``--out``: ``p<i>.npz`` (the split embedded over the global mesh of every process)
+and ``p<i>.json`` (what it saw), after a collective operator-bank write, a collective
+LoRA-adapter save (Orbax's multi-process path), a race of both processes on one embedding-cache
+entry and one directory cache entry, the operator solves of a synthetic study divided over the
+processes (``Study.operators_many``), and what ``distributed.solo`` refuses.
 """
 
 import json
 import os
+import pathlib
 
 from absl import app, flags
 
@@ -48,6 +51,8 @@ def main(argv):
   bank = OperatorBank(os.path.join(_OUT.value, "bank"))
   key = bank.put(Operator(W=W, grid=grid, target_id="m", source="s", rank=2, ridge=1e-2))
   got = np.asarray(bank.get(*key).W)
+  one = OperatorBank(os.path.join(_OUT.value, "onebank"))  # saved by one process (the test's)
+  one_W = float(np.asarray(one.get("m", "t", "one").W).sum())
 
   # A LoRA adapter (a study source's checkpoint) saved collectively, loaded by every process.
   from flax import nnx
@@ -76,6 +81,25 @@ def main(argv):
   dist.barrier("raced")
   readback = cache.get("k")
   parts = sorted(os.listdir(entry))
+
+  # The engine's operator solves divided over the processes (a synthetic study: no model runs),
+  # and what a process may not do while it works alone on its share.
+  from platonic_jax.parallel import mesh as mesh_lib
+  from tests import test_pipeline
+  study, _, _ = test_pipeline._world(pathlib.Path(_OUT.value))
+  requests = [(tg, "t", [s, "random~" + s]) for tg in study.models for s in study.models]
+  solved = study.operators_many(requests)
+  with dist.solo():
+    local = [d.id for d in mesh_lib.data_mesh().devices.flat]
+    refused = []
+    for call in (lambda: dist.barrier("inside"), lambda: dist.agree([True]),
+                 lambda: bank.put(Operator(W=W, grid=grid, target_id="m", source="solo",
+                                           rank=2, ridge=1e-2))):
+      try:
+        call()
+      except RuntimeError as e:
+        refused.append(str(e))
+  dist.barrier("solved")
   json.dump({"process": p, "processes": jax.process_count(), "devices": jax.device_count(),
              "local_devices": jax.local_device_count(),
              "bank_equal": bool(np.array_equal(got, W)),
@@ -83,7 +107,13 @@ def main(argv):
                  np.array_equal(a, b) for a, b in zip(saved, loaded))),
              "adapter_sum": float(sum(np.asarray(ad.a).sum() for ad in ref.values())), "bank_keys": [list(k) for k in bank.keys()],
              "cache_equal": bool(np.array_equal(readback, on_all)), "dir_entry": parts,
-             "broadcast": dist.broadcast_str(f"from {p}")},
+             "broadcast": dist.broadcast_str(f"from {p}"),
+             "solves": study.counts["solve"], "one_process_W": one_W, "local_mesh": local,
+             "local_devices_ids": [d.id for d in jax.local_devices()], "refused": refused,
+             "operators": [{s: [float(np.asarray(op.W).sum()), op.rank, op.ridge]
+                            for s, op in got.items()} for got in solved],
+             "study_cache": sorted(os.listdir(os.path.join(_OUT.value, "cache", "bank")),
+                                   key=str)},
             open(os.path.join(_OUT.value, f"p{p}.json"), "w"))
   dist.barrier("done")
 

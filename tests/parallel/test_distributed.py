@@ -183,3 +183,100 @@ def test_launchers_imported_together_share_the_distributed_flags():
   launch.define_distributed_flags()
   for name in ("coordinator_address", "num_processes", "process_id"):
     assert name in flags.FLAGS
+
+
+def test_products_pack_and_unpack_without_pickle():
+  import numpy as np
+  arrays = {"W/0": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.frombuffer(b"xyz",
+                                                                                     np.uint8)}
+  back, meta = dist.unpack(dist.pack(arrays, [["clip-a", {"rank": 2, "ridge": 0.125}]]))
+  assert sorted(back) == sorted(arrays) and meta == [["clip-a", {"rank": 2, "ridge": 0.125}]]
+  for k in arrays:
+    np.testing.assert_array_equal(back[k], arrays[k])
+    assert back[k].dtype == arrays[k].dtype
+
+
+def test_one_process_is_never_alone_and_agrees_with_itself():
+  assert dist.agree([True, False, True]) == [True, False, True] and dist.agree([]) == []
+  with dist.solo():
+    with dist.solo():
+      assert not dist.alone()  # one process: solo() changes nothing
+    dist.barrier("one process")  # a no-op, not an error
+    dist.check_orbax_save("anything")
+  assert dist.orbax_options().primary_host == 0
+
+
+def test_descriptor_bytes_round_trip_and_refuse_a_mismatched_pair():
+  import numpy as np
+
+  from platonic_jax.core.descriptor import Descriptor, Provenance
+  from platonic_jax.core.grid import make_grid
+  rng = np.random.default_rng(0)
+  grid = make_grid("t", list(range(6)), ["a", "b", "c"], ["{}"])
+  Z, G = rng.standard_normal((6, 4)), rng.standard_normal((3, 4))
+  desc = Descriptor.from_embeddings(grid, Z, Z + 0.1 * rng.standard_normal((6, 4)), G,
+                                    provenance=Provenance(source="m"))
+  blob, meta = desc.encode()
+  back = Descriptor.decode(blob, meta)
+  np.testing.assert_array_equal(np.asarray(back.only.U), np.asarray(desc.only.U))
+  assert back.only.grid == desc.only.grid
+  other, _ = Descriptor.decode(blob, meta).__mul__(2.0).encode()
+  with pytest.raises(ValueError, match="a product: arrays do not match the JSON sidecar"):
+    Descriptor.decode(other, meta, "a product")
+
+
+def test_main_job_sweep_resumes_from_the_shards_of_a_killed_run(tmp_path):
+  """One process after a 2-process run died: the cells recorded in any shard are kept, only
+  the others are computed, and the shards are merged into cells.jsonl and removed."""
+  from platonic_jax import pipeline
+  from platonic_jax.sweep import ResultsMismatchError, Sweep, cell_key
+  cells = [{"kind": "negation", "target": "a", "tasks": [t], "source": "a", "adapter": False}
+           for t in "xyzw"]
+  metrics = lambda c: {"records": [{"task": c["tasks"][0]}]}
+  path = str(tmp_path / "cells.jsonl")
+  for p, idx in ((0, [0, 2]), (1, [1])):
+    Sweep(dist.shard_path(path, p, 2), "h", "main").run([cells[i] for i in idx], metrics)
+  with open(dist.shard_path(path, 1, 2), "a") as f:
+    f.write('{"config_hash": "h", "exp')  # torn by the kill
+  computed = []
+  done, mine = pipeline.sweep_cells(str(tmp_path), "h", cells,
+                                    lambda c: computed.append(c) or metrics(c), lambda c: 1.0)
+  assert computed == [cells[3]] and mine == [cell_key(cells[3])]
+  assert [d["metrics"]["records"][0]["task"] for d in done] == list("xyzw")
+  assert sorted(os.listdir(tmp_path)) == ["cells.jsonl"]
+  assert set(Sweep(path, "h", "main").done) == {cell_key(c) for c in cells}
+  again, mine = pipeline.sweep_cells(str(tmp_path), "h", cells, None, lambda c: 1.0)
+  assert again == done and mine == []  # nothing left to compute
+  Sweep(dist.shard_path(path, 0, 3), "other", "main").run(cells[:1], metrics)
+  with pytest.raises(ResultsMismatchError, match="cells.shard-00000-of-00003.jsonl"):
+    pipeline.sweep_cells(str(tmp_path), "h", cells, None, lambda c: 1.0)
+
+
+def test_cell_costs_order_closed_form_weight_space_and_adapter_cells():
+  import ml_collections
+
+  from platonic_jax import pipeline
+  cfg = ml_collections.ConfigDict({"adapter": {"steps": 40}})
+  cell = lambda source, adapter: {"target": "a", "source": source, "adapter": adapter}
+  cross, same = pipeline.cell_cost(cell("b", False), cfg), pipeline.cell_cost(cell("a", False), cfg)
+  assert 0 < cross < same < pipeline.cell_cost(cell("b", True), cfg) < pipeline.cell_cost(
+      cell("a", True), cfg)
+
+
+def test_an_uncaught_error_ends_a_process_of_several_at_once(tmp_path):
+  """A failing process of a multi-process program exits with status 1 straight after its
+  traceback, without the exit handlers (JAX's shutdown would wait for the other processes)."""
+  import subprocess
+  import sys
+  script = tmp_path / "fail.py"
+  script.write_text(textwrap.dedent("""
+      import atexit, sys
+      from platonic_jax.parallel import distributed
+      atexit.register(lambda: print("exit handlers ran", flush=True))
+      sys.excepthook = distributed._exit_at_once(sys.excepthook)
+      raise ValueError("share failed")
+      """))
+  out = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT), timeout=60)
+  assert out.returncode == 1 and "ValueError: share failed" in out.stderr
+  assert "exit handlers ran" not in out.stdout

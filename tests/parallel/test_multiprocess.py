@@ -25,6 +25,12 @@ def program(tmp_path_factory):
   fixtures.save_hf_clip(ckpt, "grid5_quick")
   out = d / "out"
   out.mkdir()
+  # An operator saved by this one process (a jax.Array on its device): the program restores it.
+  from platonic_jax.core import Grid, Operator
+  from platonic_jax.core.bank import OperatorBank
+  OperatorBank(str(out / "onebank")).put(Operator(
+      W=np.eye(6, dtype=np.float32) * 3, grid=Grid("t", tuple(range(5)), ("a", "b", "c"), ("a {}",)),
+      target_id="m", source="one", rank=2, ridge=1e-2))
   env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
   run = subprocess.run(
       [sys.executable, "-m", "experiments.launch_local", "--processes=2",
@@ -91,3 +97,47 @@ def test_adapter_saved_collectively_is_process_0s_and_read_by_all(program):
   assert seen[0]["adapter_is_mine"] and not seen[1]["adapter_is_mine"]
   assert seen[0]["adapter_sum"] == seen[1]["adapter_sum"]
   assert [n for n in os.listdir(out) if n.startswith(".")] == []
+
+
+def test_operator_solves_are_divided_and_equal_one_process(program, tmp_path):
+  """``Study.operators_many`` on 2 processes: each solves its cost-balanced share of the
+  requests, every process ends with every operator, equal to one process's, and the bank holds
+  each once (written collectively from the products, which are then removed)."""
+  from platonic_jax.parallel import distributed
+  from tests import test_pipeline
+  out, _, _ = program
+  seen = [_seen(out, p) for p in (0, 1)]
+  study, _, _ = test_pipeline._world(tmp_path)
+  requests = [(tg, "t", [s, "random~" + s]) for tg in study.models for s in study.models]
+  want = [{s: [float(np.asarray(op.W).sum()), op.rank, op.ridge] for s, op in got.items()}
+          for got in study.operators_many(requests)]
+  for p in (0, 1):
+    got = seen[p]["operators"]
+    assert [sorted(g) for g in got] == [sorted(w) for w in want]
+    for g, w in zip(got, want):
+      for s in w:
+        assert g[s][1:] == w[s][1:] and abs(g[s][0] - w[s][0]) <= 1e-5 * max(1, abs(w[s][0]))
+  total = study.counts["solve"]
+  assert total == len(requests) * 2 == seen[0]["solves"] + seen[1]["solves"]
+  share = distributed.assign(list(range(len(requests))),
+                             [study.solve_cost(tg, t, len(specs)) for tg, t, specs in requests], 2)
+  assert [seen[p]["solves"] for p in (0, 1)] == [2 * len(s) for s in share]
+  assert 0 < seen[0]["solves"] < total
+  bank = seen[0]["study_cache"]
+  assert len(bank) == total and not [n for n in bank if n.startswith(".")]
+
+
+def test_a_process_working_alone_uses_its_devices_and_refuses_collectives(program):
+  out, _, _ = program
+  for p in (0, 1):
+    seen = _seen(out, p)
+    assert seen["local_mesh"] == seen["local_devices_ids"] and len(seen["local_mesh"]) == 2
+    barrier, agree, save = seen["refused"]
+    assert "barrier 'inside' is a collective of every process" in barrier
+    assert "agree is a collective" in agree
+    assert "cannot be saved inside distributed.solo()" in save and "operator" in save
+
+
+def test_an_operator_saved_by_one_process_restores_on_every_process(program):
+  out, _, _ = program
+  assert [_seen(out, p)["one_process_W"] for p in (0, 1)] == [18.0, 18.0]

@@ -291,7 +291,8 @@ def restore_entry(out_dir: str, init: Callable[[], Any]):
   abstract = nnx.eval_shape(init)
   graphdef, state, rest = nnx.split(abstract, nnx.Param, ...)
   ckpt = ocp.StandardCheckpointer()
-  restored = ckpt.restore(os.path.join(out_dir, "params"), nnx.to_pure_dict(state))
+  restored = ckpt.restore(os.path.join(out_dir, "params"),
+                          distributed.local_abstract(nnx.to_pure_dict(state)))
   ckpt.close()
   state.replace_by_pure_dict(restored)
   module = nnx.merge(graphdef, state, rest)

@@ -89,7 +89,6 @@ def render(records) -> str:
   evals, controls = m0["eval_tasks"], [c for c in m0["controls"] if c not in m0["eval_tasks"]]
 
   def mean_rows(rs, get, with_controls=False):
-    cols = evals + (controls if with_controls else [])
     vals = []
     for r in rs:
       accs = get(r)

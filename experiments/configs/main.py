@@ -5,7 +5,8 @@
     python -m experiments.main --config.seed=1 --workdir=/tmp/pj_seed1
     python -m experiments.main --config=experiments/configs/main.py:wide --workdir=/tmp/pj_wide
 
-Variants: '' (default) the toy world, 'micro' the test suite's world, 'wide' the default world
+Variants: '' (default) the toy world with its same-architecture twin (``toy_world``
+"samearch"), 'micro' the test suite's world (with its twin, "micro-samearch"), 'wide' the default world
 with wider towers (``toy_world.get_config("wide")``; outside the main job's time budgets),
 'lookalike' the default world with look-alike classes swapped in the captions (the main job's
 world until the distant pairs of ``toy_world.get_config()``). What each choice below was
@@ -69,6 +70,21 @@ Fields:
   random_draws: how random-UTD controls are seeded (``Study(random_draws=...)``): "run" splits
     ``jax.random.key(seed)`` in the order targets x tasks x sources (the main job's draws since
     it has had them), "cell" hashes each (target, task, source) (the suite's default).
+  same_architecture: the paper's "different models within one architecture" block. families:
+    the world's families that enter only that block (``toy_world.SAME_ARCHITECTURE``'s twins:
+    no cell of the other families, no consensus, no adapter draw and no random-UTD draw of
+    theirs changes with them; ``Study(secondary=...)``). Its cells are every ordered pair of
+    distinct families of one architecture (``toyworld.world.same_architecture_pairs``) with
+    every task pair (addition) and task (negation): the closed form, its controls and oracle,
+    GradFix (``core.gradfix``) and Theseus (``core.rebasin``) moving the source's task vectors
+    to the target, and weight-space arithmetic adding them untransported, each at the
+    weight-space strengths (``study.same_architecture_accuracies``). per_class: the labeled
+    target training images per class both transports read (the paper's budget: one),
+    drawn at ``seed``; vote: GradFix's aggregation of the examples' gradients ("mean", as the
+    reference, or "majority"); center: Theseus centres activations before matching (off, as
+    the reference); batch: images per forward pass of both; adapter_cells: the adapter's
+    cells in the block per kind, a seeded draw of their own
+    (``pipeline.choose_same_architecture_adapter_cells``), outside ``adapter.cells``.
   export_cells: cells whose edited target the job writes as a Hugging Face checkpoint under
     WORKDIR/export/ (the closed form folded into the target's last affine layer, at the cell's
     strength): "TARGET<-SOURCE:A+B" for an addition cell, "TARGET<-SOURCE:-T" for a negation
@@ -87,7 +103,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.variant = variant
   c.seed = 0
-  c.world = toy_world.get_config(variant)
+  # The default and micro worlds with their same-architecture twins (the base families are the
+  # same models, same cache keys, as in the worlds without them).
+  c.world = toy_world.get_config({"default": "samearch", "micro": "micro-samearch"}.get(
+      variant, variant))
   c.source = ml_collections.ConfigDict(dict(rank=4, steps=800, lr=2e-2, batch=32, seed=0))
   c.folds = 5
   common.method_options(c, calibrate=True, include_ceiling=True, random_draws="run",
@@ -103,6 +122,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.compilation_cache = True
   c.cache_dir = ""
   c.export_cells = ()
+  c.same_architecture = ml_collections.ConfigDict(dict(
+      families=tuple(f for f in toy_world.SAME_ARCHITECTURE if f in c.world.families),
+      per_class=1, vote="mean", center=False,
+      batch=64, adapter_cells=2))
   if variant in ("micro", "micro-samearch"):
     c.source.steps = 60
     c.adapter.steps = 40

@@ -6,8 +6,8 @@
     python -m experiments.main --config=experiments/configs/main.py:wide --workdir=/tmp/pj_wide
 
 Variants: '' (default) the toy world with its same-architecture twin (``toy_world``
-"samearch"), 'micro' the test suite's world (with its twin, "micro-samearch"), 'wide' the default world
-with wider towers (``toy_world.get_config("wide")``; outside the main job's time budgets),
+"samearch"), 'micro' the test suite's world (with its twin, "micro-samearch"), 'wide' the
+default world with wider towers (``toy_world.get_config("wide")``; outside the main job's time budgets),
 'lookalike' the default world with look-alike classes swapped in the captions (the main job's
 world until the distant pairs of ``toy_world.get_config()``). What each choice below was
 measured against is in docs/results/ (one page per study).
@@ -80,8 +80,8 @@ Fields:
     to the target, and weight-space arithmetic adding them untransported, each at the
     weight-space strengths (``study.same_architecture_accuracies``). per_class: the labeled
     target training images per class both transports read (the paper's budget: one),
-    drawn at ``seed``; vote: GradFix's aggregation of the examples' gradients ("mean", as the
-    reference, or "majority"); center: Theseus centres activations before matching (off, as
+    drawn at ``seed``; vote: GradFix's aggregation of the examples' gradients ("mean": the sign
+    of their mean, or "majority": a vote of their signs); center: Theseus centres activations before matching (off, as
     the reference); batch: images per forward pass of both; adapter_cells: the adapter's
     cells in the block per kind, a seeded draw of their own
     (``pipeline.choose_same_architecture_adapter_cells``), outside ``adapter.cells``.
@@ -124,8 +124,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.export_cells = ()
   c.same_architecture = ml_collections.ConfigDict(dict(
       families=tuple(f for f in toy_world.SAME_ARCHITECTURE if f in c.world.families),
-      per_class=1, vote="mean", center=False,
-      batch=64, adapter_cells=2))
+      per_class=1, vote="mean", center=False, batch=64, adapter_cells=2))
   if variant in ("micro", "micro-samearch"):
     c.source.steps = 60
     c.adapter.steps = 40

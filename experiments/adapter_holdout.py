@@ -64,7 +64,8 @@ def main(argv):
   launch.use_compilation_cache(cfg)  # the main job's compiled programs, as the other launchers
   world = launch.build_world(cfg)
   models = world.models
-  chosen = pipeline.choose_adapter_cells(list(models), names, cfg.adapter.cells, cfg.seed)
+  chosen = pipeline.choose_adapter_cells(pipeline.main_families(list(models), cfg), names,
+                                         cfg.adapter.cells, cfg.seed)
   cells = [(tg, c[0], c[1][0], sign) for sign, key in ((1.0, "addition"), (-1.0, "negation"))
            for tg, c in chosen[key]]
   study = pipeline.make_study(world, cfg, names, log=lambda _: None)  # the main job's engine

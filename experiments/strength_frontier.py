@@ -55,7 +55,7 @@ def main(argv):
   picks = frontier.check_picks(_PICKS.value)
   launch.check_workdir(_WORKDIR.value)
   world, p = launch.prepare(cfg, "strength_frontier", log)  # the main job's stages 1-3
-  models = list(world.models)
+  models = list(p.models)  # the main grid's families (no same-architecture twin)
 
   def descriptor(tg, t, s):
     return p.study.descriptor(s, t, target=tg)

@@ -54,10 +54,11 @@ def main(argv):
   launch.check_workdir(_WORKDIR.value)
   world, p = launch.prepare(cfg, "transfer_anatomy", log)  # the main job's stages 1-3
   strengths = {"addition": float(cfg.alpha), "negation": -float(cfg.negation_lambda)}
-  shift, by_task = shift_parts(world.models, p.tasks, p.emb, p.ops, p.names, p.controls, p.zs,
+  models = {m: world.models[m] for m in p.models}  # the main grid's families (no twin)
+  shift, by_task = shift_parts(models, p.tasks, p.emb, p.ops, p.names, p.controls, p.zs,
                                strengths)
   result = {"strengths": strengths, "shift": shift, "operator_by_task": by_task,
-            "agreement": descriptor_agreement(p.sources, p.tasks, p.names, list(world.models))}
+            "agreement": descriptor_agreement(p.sources, p.tasks, p.names, list(models))}
   path = launch.write_json(_WORKDIR.value, "anatomy.json", result)
   print(format_tables(result))
   print(f"done in {time.time() - t0:.0f} s")

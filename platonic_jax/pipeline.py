@@ -39,14 +39,21 @@ from platonic_jax.core.select import check_rule
 from platonic_jax.study import adapter_kwargs, cell_accuracies  # noqa: F401  (re-exported)
 from platonic_jax.sweep import cell_key
 from platonic_jax.validate import check_int, check_number, check_unique
+from platonic_jax.study import same_architecture_accuracies, transport_kwargs
 
-METHODS = ("closed_form", "consensus", "adapter", "oracle", "random_utd", "weight_space")
+METHODS = ("closed_form", "consensus", "adapter", "oracle", "random_utd", "weight_space",
+           "gradfix", "theseus")
+# Records' settings: the source is the target, another model of the target's architecture (the
+# same-architecture cells), or another model (the main grid's cross-model cells).
+SETTINGS = ("same_model", "same_architecture", "cross_model")
 CELLS = "cells.jsonl"  # the sweep's records: one per finished cell, read back on a rerun
 
 
-def _record(kind, target, cell_tasks, srcs, method, accs, zs, controls, role):
+def _record(kind, target, cell_tasks, srcs, method, accs, zs, controls, role, setting=None):
+  if setting is None:
+    setting = "same_model" if all(s == target for s in srcs) else "cross_model"
   return {"kind": kind, "target": target, "tasks": list(cell_tasks), "sources": list(srcs),
-          "setting": "same_model" if all(s == target for s in srcs) else "cross_model",
+          "setting": setting,
           "method": method, "accuracy": accs,
           "delta": {t: accs[t] - zs[t] for t in accs},
           role: float(np.mean([accs[t] - zs[t] for t in cell_tasks])),
@@ -72,28 +79,74 @@ def cells(models: Sequence[str], names: Sequence[str], chosen: dict) -> list[dic
   return out
 
 
+def main_families(models: Sequence[str], cfg) -> list[str]:
+  """The main grid's families: ``models`` in order, less ``cfg.same_architecture.families``
+  (which enter only the same-architecture cells)."""
+  twins = set(cfg.get("same_architecture", {}).get("families", ()) or ())
+  return [m for m in models if m not in twins]
+
+
+def same_architecture_cells(pairs: Sequence[tuple[str, str]], names: Sequence[str],
+                            chosen: dict) -> list[dict]:
+  """The same-architecture block's cells: for addition every task pair, for negation every
+  task, with every ordered (source, target) of ``pairs``; ``adapter`` marks the cells of
+  ``chosen`` (``choose_same_architecture_adapter_cells``)."""
+  out = []
+  for kind, groups in (("addition", list(itertools.combinations(names, 2))),
+                       ("negation", [(t,) for t in names])):
+    marked = set(chosen[kind])
+    for s, tg in pairs:
+      for ts in groups:
+        out.append({"kind": kind, "target": tg, "tasks": list(ts), "source": s,
+                    "adapter": (tg, (tuple(ts), (s,) * len(ts))) in marked,
+                    "setting": "same_architecture"})
+  return out
+
+
+def choose_same_architecture_adapter_cells(pairs: Sequence[tuple[str, str]],
+                                           names: Sequence[str], n: int, seed: int) -> dict:
+  """The adapter's same-architecture cells: ``n`` per kind, cell ``i`` on the ``i``-th ordered
+  pair in turn with a task pair (addition) and a task (negation) drawn by its own seeded
+  generator (``choose_adapter_cells``' draws are not touched); repeats kept once."""
+  rng = np.random.default_rng([seed, 31])
+  groups = list(itertools.combinations(names, 2))
+  add, neg = [], []
+  for i in range(n if pairs else 0):
+    s, tg = pairs[i % len(pairs)]
+    a, b = groups[rng.integers(len(groups))]
+    add.append((tg, ((a, b), (s, s))))
+    neg.append((tg, ((names[rng.integers(len(names))],), (s,))))
+  return {"addition": list(dict.fromkeys(add)), "negation": list(dict.fromkeys(neg))}
+
+
 def compute_cell(study, cfg, controls: Sequence[str], cell: dict, log=print) -> dict:
-  """{"records": [one per method]} of a main-job cell (``cells``), on the engine's
-  ``cell_accuracies`` (the consensus cell: its operators through the closed form)."""
+  """{"records": [one per method]} of a main-job cell (``cells``, ``same_architecture_cells``),
+  on the engine's ``cell_accuracies`` (a same-architecture cell: its sibling
+  ``same_architecture_accuracies``; the consensus cell: its operators through the closed
+  form)."""
   kind, tg, ts, s = cell["kind"], cell["target"], tuple(cell["tasks"]), cell["source"]
   role = "composed" if kind == "addition" else "removed"
   strength = cfg.alpha if kind == "addition" else -cfg.negation_lambda
   evals = ts + tuple(controls)
   zs = {t: study.zero_shot(tg, t) for t in evals}
   srcs = (s,) * len(ts)
+  setting = cell.get("setting")
   if s == CONSENSUS:
     accs = {"consensus": study.closed_form_accuracy(
         tg, evals, [(study.operator(tg, t, CONSENSUS), strength) for t in ts])}
   else:
     t0 = time.time()
-    accs = cell_accuracies(
-        study, tg, ts, srcs, evals, strength,
-        weight_space_lambda=cfg.weight_space_lambda if kind == "addition" else strength,
-        adapter=adapter_kwargs(cfg) if cell["adapter"] else None)
+    kw = dict(weight_space_lambda=cfg.weight_space_lambda if kind == "addition" else strength,
+              adapter=adapter_kwargs(cfg) if cell["adapter"] else None)
+    if setting == "same_architecture":
+      accs = same_architecture_accuracies(study, tg, ts, srcs, evals, strength,
+                                          transport=transport_kwargs(cfg), **kw)
+    else:
+      accs = cell_accuracies(study, tg, ts, srcs, evals, strength, **kw)
     if cell["adapter"]:
       log(f"  adapter {kind} {tg} <- {s}: {'+' if kind == 'addition' else '-'}"
           f"{'+'.join(ts)}  ({time.time() - t0:.1f}s)")
-  return {"records": [_record(kind, tg, ts, srcs, method, a, zs, controls, role)
+  return {"records": [_record(kind, tg, ts, srcs, method, a, zs, controls, role, setting)
                       for method, a in accs.items()]}
 
 
@@ -152,7 +205,9 @@ def summarize(records: Sequence[dict]) -> dict:
   out: dict = {"addition": {}, "negation": {}}
   role = {"addition": "composed", "negation": "removed"}
   for kind in out:
-    for setting in ("same_model", "cross_model"):
+    for setting in SETTINGS:
+      if setting == "same_architecture" and not any(r["setting"] == setting for r in records):
+        continue  # a world without two models of one architecture: no such block
       block = {}
       for method in METHODS:
         rs = [r for r in records if r["kind"] == kind and r["setting"] == setting
@@ -245,8 +300,30 @@ def check_config(cfg, downstream: Sequence[str]) -> list[str]:
     check_number("every negation strength", v, low=0, strict=False)
   check_int("folds", cfg.folds, 2)
   check_int("adapter.cells", cfg.adapter.cells, 0)
+  check_same_architecture(cfg)
   export_cells(cfg, names)
   return names
+
+
+def check_same_architecture(cfg) -> None:
+  """Refuses a bad ``same_architecture`` block (when the config has one) with a ValueError
+  naming the field: families the world does not have or named twice, ``per_class``, ``batch``
+  below 1, ``adapter_cells`` below 0, an unknown GradFix ``vote`` (``center`` is a typed
+  ConfigDict bool)."""
+  if "same_architecture" not in cfg:
+    return
+  from platonic_jax.core.gradfix import VOTES
+  from platonic_jax.data.toyworld.world import check_families
+  b = cfg.same_architecture
+  try:
+    check_families(cfg.data.world, list(b.families))
+  except ValueError as e:
+    raise ValueError(f"same_architecture.families: {e}") from None
+  check_int("same_architecture.per_class", b.per_class, 1)
+  check_int("same_architecture.batch", b.batch, 1)
+  check_int("same_architecture.adapter_cells", b.adapter_cells, 0)
+  if b.vote not in VOTES:
+    raise ValueError(f"same_architecture.vote must be one of {VOTES}, got {b.vote!r}")
 
 
 def parse_cell(spec: str) -> tuple[str, str, str, tuple[str, ...]]:
@@ -276,7 +353,7 @@ def export_cells(cfg, names: Sequence[str]) -> list[tuple[str, str, str, str, tu
                      "--config.export_cells=\"('clip-a<-siglip-b:shape+color',)\"")
   specs = list(cfg.get("export_cells", ()) or ())
   check_unique("export cells", specs)
-  families = list(cfg.data.families) or list(cfg.data.world.families)
+  families = main_families(list(cfg.data.families) or list(cfg.data.world.families), cfg)
   out = []
   for spec in specs:
     kind, tg, s, cell_tasks = parse_cell(spec)
@@ -328,6 +405,8 @@ class Prepared:
   sources: dict
   ops: dict
   study: Any = None
+  models: list | None = None  # the main grid's families (``main_families``)
+  pairs: tuple = ()  # the same-architecture (source, target) pairs
 
 
 def make_study(world, cfg, names: Sequence[str], log: Callable[[str], None] = print):
@@ -338,7 +417,8 @@ def make_study(world, cfg, names: Sequence[str], log: Callable[[str], None] = pr
   if CONSENSUS in world.models:
     raise ValueError(f"a family may not be named {CONSENSUS!r}: that name holds the consensus "
                      "operators")
-  return from_config(cfg, log=log, world=world, downstream=names)
+  twins = [m for m in world.models if m not in main_families(list(world.models), cfg)]
+  return from_config(cfg, log=log, world=world, downstream=names, secondary=twins)
 
 
 def prepare(world, cfg, log: Callable[[str], None] = print) -> Prepared:
@@ -347,6 +427,7 @@ def prepare(world, cfg, log: Callable[[str], None] = print) -> Prepared:
   names = check_config(cfg, world.downstream)
   study = make_study(world, cfg, names, log)
   models, controls = list(study.models), list(study.controls)
+  primary = main_families(models, cfg)
   tasks = {t: study.task(t) for t in names + controls}
   log(f"[1/5] embedding {len(tasks)} tasks under {len(models)} models")
   study.prefetch()
@@ -359,20 +440,40 @@ def prepare(world, cfg, log: Callable[[str], None] = print) -> Prepared:
   log("[3/5] closed-form operators with label-free selection (+ random-UTD controls and the "
       "consensus)")
   # One batched selection over every source of each (target, grid); the consensus in a request
-  # of its own, so the per-source operators are those of a run without it. Several processes
-  # divide the requests (``Study.operators_many``).
+  # of its own, so the per-source operators are those of a run without it. The
+  # same-architecture cells' operators (their source's, its control, the target's own: what
+  # ``cell_accuracies`` asks for) come after the main grid's, which they leave unchanged.
+  # Several processes divide the requests (``Study.operators_many``).
+  pairs = same_architecture_pairs(world, cfg, models)
   requests = []
-  for tg in models:
+  for tg in primary:
     for t in names:
-      requests.append((tg, t, [x for s in models for x in (s, "random~" + s)]))
-      if len(models) > 1:
+      requests.append((tg, t, [x for s in primary for x in (s, "random~" + s)]))
+      if len(primary) > 1:
         requests.append((tg, t, [CONSENSUS]))
+  main_requests = len(requests)
+  requests += [(tg, t, [s, "random~" + s, tg]) for s, tg in pairs for t in names]
   ops = {}
-  for (tg, t, _), got in zip(requests, study.operators_many(requests)):
-    ops.update({(tg, t, k): op for k, op in got.items()})
-  for tg in models:
+  for i, ((tg, t, _), got) in enumerate(zip(requests, study.operators_many(requests))):
+    if i < main_requests:
+      ops.update({(tg, t, k): op for k, op in got.items()})
+  for tg in primary:
     log(f"  operators for target {tg}")
-  return Prepared(names, controls, tasks, emb, zs, sources, ops, study)
+  # The same-architecture cells' operators (their source's, its control, the target's own) are
+  # solved by the cells themselves, after the main grid's, which they leave unchanged.
+  pairs = same_architecture_pairs(world, cfg, models)
+  return Prepared(names, controls, tasks, emb, zs, sources, ops, study, primary, pairs)
+
+
+def same_architecture_pairs(world, cfg, models: Sequence[str]) -> tuple[tuple[str, str], ...]:
+  """Ordered (source, target) pairs of distinct families of ``models`` sharing one architecture
+  (``toyworld.world.same_architecture_pairs``, in name order): the same-architecture block's.
+  A pair of two main-grid families keeps its cross-model cells there as well. None for a
+  config without a ``same_architecture`` block."""
+  from platonic_jax.data.toyworld.world import same_architecture_pairs as pairs_of
+  if "same_architecture" not in cfg:
+    return ()
+  return pairs_of(world.config, sorted(models))
 
 
 def cell_cost(cell: dict, cfg) -> float:
@@ -380,10 +481,14 @@ def cell_cost(cell: dict, cfg) -> float:
   units of a cell of closed-form rows alone (small products on cached embeddings): +10 for the
   weight-space row of a same-model cell (a forward pass of the edited target over the
   evaluation test sets), + the adapter's steps + 10 for an adapter cell (a step taken as one
-  unit, then its forward pass). Set from what each row runs, before measuring;
-  docs/results/multiprocess.md has the measured balance."""
+  unit, then its forward pass), +30 for a same-architecture cell (GradFix, Theseus and the
+  untransported vectors: three edited targets, each a forward pass, and the labeled gradients).
+  Set from what each row runs, before measuring; docs/results/multiprocess.md has the measured
+  balance."""
   same = cell["source"] == cell["target"]
-  return 1.0 + (10.0 if same else 0.0) + (cfg.adapter.steps + 10.0 if cell["adapter"] else 0.0)
+  transport = 30.0 if cell.get("setting") == "same_architecture" else 0.0
+  return (1.0 + (10.0 if same else 0.0) + transport
+          + (cfg.adapter.steps + 10.0 if cell["adapter"] else 0.0))
 
 
 def _shards(workdir: str) -> list[str]:
@@ -458,13 +563,19 @@ def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
   for f in [os.path.join(workdir, CELLS)] + _shards(workdir):  # another config's: refused now
     Sweep(f, chash, "main")
   p = prepare(world, cfg, log)
-  models, controls, zs, sources, ops, study = (list(world.models), p.controls, p.zs, p.sources,
+  models, controls, zs, sources, ops, study = (p.models, p.controls, p.zs, p.sources,
                                                p.ops, p.study)
   chosen = choose_adapter_cells(models, names, cfg.adapter.cells, cfg.seed)
-  log("[4/5] addition and negation cells; adapter cells: "
-      + "; ".join(f"{tg}<-{c[1][0]}:{'+'.join(c[0])}" for tg, c in chosen["addition"])
-      + " | " + "; ".join(f"{tg}<-{c[1][0]}:-{c[0][0]}" for tg, c in chosen["negation"]))
-  all_cells = cells(models, names, chosen)
+  chosen_sa = choose_same_architecture_adapter_cells(
+      p.pairs, names, cfg.same_architecture.adapter_cells if p.pairs else 0, cfg.seed)
+  named = lambda ch: ("; ".join(f"{tg}<-{c[1][0]}:{'+'.join(c[0])}" for tg, c in ch["addition"])
+                      + " | " + "; ".join(f"{tg}<-{c[1][0]}:-{c[0][0]}"
+                                          for tg, c in ch["negation"]))
+  log("[4/5] addition and negation cells; adapter cells: " + named(chosen))
+  if p.pairs:
+    log("  same-architecture cells (" + ", ".join(f"{s}->{t}" for s, t in p.pairs)
+        + "); adapter cells: " + named(chosen_sa))
+  all_cells = cells(models, names, chosen) + same_architecture_cells(p.pairs, names, chosen_sa)
   done, computed = sweep_cells(workdir, chash, all_cells,
                                lambda cell: compute_cell(study, cfg, controls, cell, log),
                                lambda cell: cell_cost(cell, cfg))
@@ -479,8 +590,12 @@ def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
   summary = summarize(records)
   summary["adapter_cells"] = {k: [[tg, list(c[0]), list(c[1])] for tg, c in v]
                               for k, v in chosen.items()}
+  if p.pairs:
+    summary["same_architecture_pairs"] = [list(x) for x in p.pairs]
+    summary["same_architecture_adapter_cells"] = {
+        k: [[tg, list(c[0]), list(c[1])] for tg, c in v] for k, v in chosen_sa.items()}
   summary["negation_curve"] = curve
-  summary["zero_shot"] = {m: {t: round(v, 4) for t, v in zs[m].items()} for m in models}
+  summary["zero_shot"] = {m: {t: round(v, 4) for t, v in zs[m].items()} for m in zs}
   summary["ceilings"] = {f"{m}/{t}": round(s.ceiling, 4) for (m, t), s in sources.items()}
   summary["selection"] = {
       "rule": cfg.get("selection_rule", "min"),

@@ -206,7 +206,10 @@ class Study:
   ``method_options``): calibrate (descriptors of another model re-expressed in the target's
   cosine units), include_ceiling (the selection's rank grid also holds min(C-1, d)),
   selection_rule ("min" or "1se"). random_draws: "cell" or "run" (``descriptor``). workers:
-  source fine-tunes at once (``sources``).
+  source fine-tunes at once (``sources``). secondary: models that enter only the cells that
+  name them (the main job's same-architecture twins): no other target's consensus holds them,
+  and with random_draws "run" their draws follow every other (target, task, source)'s, so
+  adding one leaves the other models' operators and controls unchanged.
   """
 
   def __init__(self, models: Mapping[str, Any], tasks: Mapping[str, Any], *, cache_dir: str,
@@ -214,7 +217,7 @@ class Study:
                seed: int = 0, folds: int = 5, embed_batch: int = 256,
                calibrate: bool = False, include_ceiling: bool = False,
                selection_rule: str = "min", random_draws: str = "cell", workers: int = 1,
-               log: Callable[[str], None] = print):
+               secondary: Sequence[str] = (), log: Callable[[str], None] = print):
     from platonic_jax.core.grid import check_templates
     for name, task in dict(tasks).items():  # before any embedding: one bad prompt, one error
       check_templates(task.templates, f"task {name!r}")
@@ -225,6 +228,10 @@ class Study:
       raise ValueError(f"unknown tasks {unknown}; the study has {sorted(self.tasks)}")
     self.downstream = tuple(downstream)
     self.controls = tuple(controls)
+    unknown = [m for m in secondary if m not in self.models]
+    if unknown:
+      raise ValueError(f"secondary models {unknown} are not in the study {sorted(self.models)}")
+    self.secondary = tuple(secondary)
     self.source_recipe = {k: source[k] for k in ("rank", "steps", "lr", "batch", "seed")}
     self.seed = int(seed)
     self.folds = int(folds)
@@ -612,12 +619,14 @@ class Study:
     the target's cosine units (``analysis.calibration_factor`` of the two models' affinity
     spreads on the grid); the consensus averages its members so read, and a random-UTD control
     takes its source's norm so read. ``"consensus"`` alone is the mean of every model of the
-    study but ``target`` (METHOD's consensus: no descriptor of the target enters it).
+    study but ``target`` and the ``secondary`` ones (METHOD's consensus: no descriptor of the
+    target enters it).
 
     The random-UTD draw is seeded by (study seed, target, task, spec) with ``random_draws``
     "cell", so it does not depend on the order cells are computed in; with "run" it is the
     ``k``-th split of ``jax.random.key(seed)``, ``k`` the place of (target, task, source) in
-    the order models x downstream tasks x models (the main job's draws).
+    the order models x downstream tasks x models (the main job's draws), first over the models
+    that are not ``secondary``, then every triple left in the same order.
     """
     from platonic_jax.core.analysis import calibration_factor, consensus, random_utd
     from platonic_jax.core.descriptor import Descriptor, Provenance
@@ -628,7 +637,7 @@ class Study:
                                                      self._random_key(spec, t, seed, target)),
                                provenance=Provenance(source=spec))
     if spec == CONSENSUS:
-      members = [s for s in self.models if s != target]
+      members = [s for s in self.models if s != target and s not in self.secondary]
       if not members:
         raise ValueError(f"a consensus for target {target!r} needs another model; the study "
                          f"has {list(self.models)}")
@@ -651,10 +660,13 @@ class Study:
       return jax.random.key(int(h[:8], 16))
     if self._run_keys is None:
       key, self._run_keys = jax.random.key(self.seed), {}
-      for tg in self.models:
-        for u in self.downstream:
-          for s in self.models:
-            key, self._run_keys[(tg, u, "random~" + s)] = jax.random.split(key)
+      primary = [m for m in self.models if m not in self.secondary]
+      for models in (primary, list(self.models)):
+        for tg in models:
+          for u in self.downstream:
+            for s in models:
+              if (tg, u, "random~" + s) not in self._run_keys:
+                key, self._run_keys[(tg, u, "random~" + s)] = jax.random.split(key)
     if (target, t, spec) not in self._run_keys:
       raise ValueError(f"random_draws='run' draws random~<model> controls of the study's models "
                        f"on its downstream tasks only, not {spec!r} for {target!r} on {t!r}")
@@ -880,6 +892,72 @@ def cell_accuracies(study: Study, target: str, tasks: Sequence[str], sources: Se
   return acc
 
 
+def transport_kwargs(cfg) -> dict:
+  """``same_architecture_accuracies``' transport options from a config's ``same_architecture``
+  block: labeled target images per class (the paper's budget: 1), GradFix's vote, Theseus's
+  centring, the batch of both; the labeled subset is drawn at ``cfg.seed``."""
+  b = cfg.same_architecture
+  return dict(per_class=int(b.per_class), vote=b.vote, center=bool(b.center),
+              batch=int(b.batch), seed=int(cfg.seed))
+
+
+def labeled_subset(study: Study, m: str, t: str, per_class: int, seed: int):
+  """(images, labels (n,)): ``per_class`` labeled training images of every class of task
+  ``t`` (``data.registry.balanced_subset`` at ``seed``), as model ``m``'s inputs."""
+  from platonic_jax.data import registry
+  task = study.task(t)
+  labels = np.asarray(task.train[1])
+  idx = registry.balanced_subset(labels, per_class, seed, num_classes=task.num_classes)
+  images = task.train[0]
+  if _is_split(images):
+    return study.pixels(m, images.subset(idx)), labels[idx]
+  x = study.pixels(m, images)
+  if isinstance(x, np.ndarray):
+    return x[idx], labels[idx]
+  import jax
+  return jax.tree.map(lambda a: a[idx], x), labels[idx]
+
+
+def same_architecture_accuracies(study: Study, target: str, tasks: Sequence[str],
+                                 sources: Sequence[str], evals: Sequence[str], strength: float, *,
+                                 weight_space_lambda: float, transport: Mapping[str, Any],
+                                 adapter: Mapping[str, Any] | None = None
+                                 ) -> dict[str, dict[str, float]]:
+  """``cell_accuracies`` of a cell whose sources are *different* models of the target's
+  architecture (closed_form, random_utd, oracle, and the adapter given its recipe), plus the
+  parameter-space routes, which exist only there: the source fine-tunes' task vectors moved to
+  the target by GradFix and Theseus (``core.baselines.same_architecture_transfer``) and added
+  untransported (``weight_space``: weight-space task arithmetic across the two models), each at
+  ``weight_space_lambda`` per task vector (negative in negation), as the same-model weight-space
+  baseline adds them.
+
+  transport (``transport_kwargs``): per_class labeled target training images per class of each
+  cell task (GradFix's examples; every term's images are Theseus's calibration set), drawn at
+  seed; vote (GradFix), center (Theseus), batch. ValueError unless the sources are one model,
+  not the target, of the target's architecture.
+  """
+  from platonic_jax.core import baselines
+  if len(set(sources)) != 1 or sources[0] == target:
+    raise ValueError(f"a same-architecture cell moves one other model's task vectors to the "
+                     f"target; got sources {list(sources)} for target {target!r}")
+  s = sources[0]
+  acc = cell_accuracies(study, target, tasks, sources, evals, strength,
+                        weight_space_lambda=weight_space_lambda, adapter=adapter)
+  terms = []
+  for t in tasks:
+    x, y = labeled_subset(study, target, t, transport["per_class"], transport["seed"])
+    xs, _ = labeled_subset(study, s, t, transport["per_class"], transport["seed"])
+    terms.append(baselines.TransportTerm(study.source(s, t).finetuned(), weight_space_lambda,
+                                         x, y, study.emb(target, t).G, source_images=xs))
+  moved = baselines.same_architecture_transfer(
+      study.model(s), study.model(target), terms, methods=("gradfix", "theseus", "untransported"),
+      vote=transport["vote"], center=transport["center"], batch=transport["batch"])
+  for route, name in (("gradfix", "gradfix"), ("theseus", "theseus"),
+                      ("untransported", "weight_space")):
+    acc[name] = study.model_accuracy(moved[route], target, evals)
+  return acc
+
+
 def compilation_cache_dir(cache_dir: str = "") -> str:
   """Where every experiment keeps compiled XLA programs: ``<cache_dir>/xla`` (default
   ``default_cache_dir()``)."""
@@ -918,7 +996,7 @@ def experiment_cache_dir(config) -> str:
 
 
 def from_config(config, *, log: Callable[[str], None] = print, world=None,
-                downstream: Sequence[str] | None = None) -> Study:
+                downstream: Sequence[str] | None = None, secondary: Sequence[str] = ()) -> Study:
   """The study a config describes (a suite table's or the main job's: one schema,
   ``experiments/configs/common.py``), cached under ``experiment_cache_dir(config)``.
 
@@ -927,7 +1005,8 @@ def from_config(config, *, log: Callable[[str], None] = print, world=None,
   ``config.data.families`` (empty: all). "real": ``config.data.models`` {name: Hugging Face id
   or local directory} loaded by ``platonic_jax.load_model`` and the tasks of the data
   registry read from ``config.data.root``. downstream: the downstream tasks (default
-  ``config.data.tasks``, empty: the toy world's).
+  ``config.data.tasks``, empty: the toy world's). secondary: families that enter only their own
+  cells (``Study``'s ``secondary``: the main job's same-architecture twins).
   """
   data = config.data
   downstream = list(data.tasks if downstream is None else downstream)
@@ -956,7 +1035,7 @@ def from_config(config, *, log: Callable[[str], None] = print, world=None,
     raise ValueError(f"config.data.source must be 'toy' or 'real', got {data.source!r}")
   return Study(models, tasks, cache_dir=experiment_cache_dir(config),
                downstream=downstream, controls=controls, source=config.source, seed=config.seed,
-               folds=config.folds, log=log, **method_options(config))
+               folds=config.folds, log=log, secondary=secondary, **method_options(config))
 
 
 def method_options(config) -> dict:

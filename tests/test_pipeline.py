@@ -20,7 +20,7 @@ DIMS = {"a": 6, "b": 8, "c": 5}  # three families with different embedding width
 N, C = 40, 4
 
 
-def _world(tmp_path, families=tuple(DIMS), seed=0, calibrate=True):
+def _world(tmp_path, families=tuple(DIMS), seed=0, calibrate=True, secondary=()):
   """A ``Study`` of synthetic families on one task "t", its embeddings and source descriptors
   put in place of the pre-trained models and fine-tunes (no model runs): (study, emb, sources)."""
   rng = np.random.default_rng(seed)
@@ -39,7 +39,7 @@ def _world(tmp_path, families=tuple(DIMS), seed=0, calibrate=True):
                 downstream=["t"], controls=[], source=dict(rank=4, steps=1, lr=1e-3, batch=8,
                                                            seed=0),
                 seed=0, folds=5, calibrate=calibrate, include_ceiling=True, selection_rule="min",
-                log=lambda s: None)
+                secondary=secondary, log=lambda s: None)
   for m in families:
     study._emb[(m, "t")] = emb[m]
     study._sources[(m, "t", 0)] = sources[m]
@@ -108,6 +108,42 @@ def test_consensus_needs_another_family(tmp_path):
   study, _, _ = _world(tmp_path, families=("a",))
   with pytest.raises(ValueError, match="needs another model"):
     study.descriptor(CONSENSUS, "t", target="a")
+
+
+def test_secondary_models_leave_the_other_models_draws_and_consensus_unchanged(tmp_path):
+  """A model added as ``secondary`` (the main job's same-architecture twin) changes no other
+  model's random-UTD draw ("run" order) or consensus; its own draws follow theirs."""
+  import jax
+  from platonic_jax.core.analysis import random_utd
+  base, _, _ = _world(tmp_path / "base", families=("a", "b"))
+  more, _, _ = _world(tmp_path / "more", families=("a", "b", "c"), secondary=("c",))
+  full, _, _ = _world(tmp_path / "full", families=("a", "b", "c"))
+  for st in (base, more, full):
+    st.random_draws = "run"
+  for tg in ("a", "b"):
+    for s in ("a", "b"):
+      np.testing.assert_array_equal(_U(more.descriptor("random~" + s, "t", target=tg)),
+                                    _U(base.descriptor("random~" + s, "t", target=tg)))
+    np.testing.assert_array_equal(_U(more.descriptor(CONSENSUS, "t", target=tg)),
+                                  _U(base.descriptor(CONSENSUS, "t", target=tg)))
+  # without ``secondary`` the third model shifts the chain and joins the consensus
+  assert not np.array_equal(_U(full.descriptor("random~a", "t", target="b")),
+                            _U(base.descriptor("random~a", "t", target="b")))
+  assert not np.allclose(_U(full.descriptor(CONSENSUS, "t", target="a")),
+                         _U(base.descriptor(CONSENSUS, "t", target="a")))
+  # the secondary model's triples take the splits after the 4 of (a, b)
+  key = jax.random.key(0)
+  for _ in range(4):
+    key, _sub = jax.random.split(key)
+  order = [(tg, s) for tg in ("a", "b", "c") for s in ("a", "b", "c")
+           if not (tg in "ab" and s in "ab")]
+  for tg, s in order:
+    key, sub = jax.random.split(key)
+    b = more.descriptor(s, "t", target=tg).only
+    np.testing.assert_array_equal(_U(more.descriptor("random~" + s, "t", target=tg)),
+                                  np.asarray(random_utd(b.grid, b.U, sub), np.float64))
+  with pytest.raises(ValueError, match=r"secondary models \['z'\] are not in the study"):
+    _world(tmp_path / "bad", families=("a", "b"), secondary=("z",))
 
 
 def test_run_order_random_draws_follow_the_main_jobs_key_chain(tmp_path):
@@ -197,6 +233,13 @@ def test_check_config_accepts_every_variant():
     (dict(negation_strengths=[-0.5]), "every negation strength must be a finite number >= 0"),
     (dict(folds=1), "folds must be an integer >= 2"),
     (dict(adapter__cells=-1), "adapter.cells must be an integer >= 0"),
+    (dict(same_architecture__families=("clip-z",)),
+     r"same_architecture.families: unknown families \['clip-z'\]"),
+    (dict(same_architecture__per_class=0), "same_architecture.per_class must be an integer >= 1"),
+    (dict(same_architecture__batch=0), "same_architecture.batch must be an integer >= 1"),
+    (dict(same_architecture__adapter_cells=-1),
+     "same_architecture.adapter_cells must be an integer >= 0"),
+    (dict(same_architecture__vote="median"), "same_architecture.vote must be one of"),
 ])
 def test_check_config_refuses(overrides, match):
   from platonic_jax.data.toyworld import DOWNSTREAM
@@ -289,3 +332,40 @@ def test_format_tables_reads_each_row_against_its_own_cells():
   assert "change in points from the zero-shot of the row's own cells" in text
   assert "different models (2 cells)" in text and "Table 2" not in text  # no negation record
   assert rows["Ours, adapter"] == ["40.00 (+20.0)", "40.00 (+20.0)", "30.00 (-1.0)", "1"]
+
+
+def test_same_architecture_cells_and_their_adapter_draw():
+  """Every ordered pair with every task pair and task; the adapter's cells are marked, drawn
+  per pair in turn, and the main grid's adapter draw is untouched."""
+  pairs, names = (("a", "a2"), ("a2", "a")), ["s", "t", "u"]
+  chosen = pipeline.choose_same_architecture_adapter_cells(pairs, names, 2, seed=0)
+  assert [tg for tg, _ in chosen["addition"]] == ["a2", "a"]
+  assert all(c[1] == ("a",) * 2 for tg, c in chosen["addition"] if tg == "a2")
+  cells = pipeline.same_architecture_cells(pairs, names, chosen)
+  for kind, n in (("addition", 3), ("negation", 3)):
+    mine = [c for c in cells if c["kind"] == kind]
+    assert len(mine) == n * len(pairs)
+    assert all(c["setting"] == "same_architecture" and c["source"] != c["target"] for c in mine)
+    marked = {(c["target"], (tuple(c["tasks"]), (c["source"],) * len(c["tasks"])))
+              for c in mine if c["adapter"]}
+    assert marked == set(chosen[kind])
+  assert pipeline.choose_same_architecture_adapter_cells((), names, 2, 0) == {
+      "addition": [], "negation": []}
+  assert pipeline.main_families(["clip-a", "clip-a2", "siglip-b"], _micro_config()) == [
+      "clip-a", "siglip-b"]
+
+
+def test_summary_has_a_same_architecture_block_only_with_such_cells():
+  def rec(setting, method, role="composed", kind="addition"):
+    return {"kind": kind, "setting": setting, "method": method, role: 1.0, "controls": -1.0}
+  plain = [rec("same_model", "closed_form"), rec("cross_model", "closed_form"),
+           rec("cross_model", "oracle")]
+  assert "same_architecture" not in pipeline.summarize(plain)["addition"]
+  extra = plain + [rec("same_architecture", m) for m in ("closed_form", "gradfix", "theseus")]
+  extra += [rec("same_architecture", "gradfix", "removed", "negation")]
+  s = pipeline.summarize(extra)
+  assert set(s["addition"]["same_architecture"]) == {"closed_form", "gradfix", "theseus"}
+  assert s["negation"]["same_architecture"] == {
+      "gradfix": {"removed": 1.0, "controls": -1.0, "cells": 1}}
+  assert {k: v for k, v in s.items() if k != "addition" and k != "negation"} == {
+      k: v for k, v in pipeline.summarize(plain).items() if k not in ("addition", "negation")}

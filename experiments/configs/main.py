@@ -5,8 +5,9 @@
     python -m experiments.main --config.seed=1 --workdir=/tmp/pj_seed1
     python -m experiments.main --config=experiments/configs/main.py:wide --workdir=/tmp/pj_wide
 
-Variants: '' (default) the toy world, 'micro' the test suite's world, 'wide' the default world
-with wider towers (``toy_world.get_config("wide")``; outside the main job's time budgets),
+Variants: '' (default) the toy world with its same-architecture twin (``toy_world``
+"samearch"), 'micro' the test suite's world (with its twin, "micro-samearch"), 'wide' the
+default world with wider towers (``toy_world.get_config("wide")``; outside the main job's time budgets),
 'lookalike' the default world with look-alike classes swapped in the captions (the main job's
 world until the distant pairs of ``toy_world.get_config()``), 'samearch' / 'micro-samearch'
 those worlds with a differently pretrained twin of one family. What each choice below was
@@ -71,6 +72,21 @@ Fields:
   random_draws: how random-UTD controls are seeded (``Study(random_draws=...)``): "run" splits
     ``jax.random.key(seed)`` in the order targets x tasks x sources (the main job's draws since
     it has had them), "cell" hashes each (target, task, source) (the suite's default).
+  same_architecture: the paper's "different models within one architecture" block. families:
+    the world's families that enter only that block (``toy_world.SAME_ARCHITECTURE``'s twins:
+    no cell of the other families, no consensus, no adapter draw and no random-UTD draw of
+    theirs changes with them; ``Study(secondary=...)``). Its cells are every ordered pair of
+    distinct families of one architecture (``toyworld.world.same_architecture_pairs``) with
+    every task pair (addition) and task (negation): the closed form, its controls and oracle,
+    GradFix (``core.gradfix``) and Theseus (``core.rebasin``) moving the source's task vectors
+    to the target, and weight-space arithmetic adding them untransported, each at the
+    weight-space strengths (``study.same_architecture_accuracies``). per_class: the labeled
+    target training images per class both transports read (the paper's budget: one),
+    drawn at ``seed``; vote: GradFix's aggregation of the examples' gradients ("mean": the sign
+    of their mean, or "majority": a vote of their signs); center: Theseus centres activations before matching (off, as
+    the reference); batch: images per forward pass of both; adapter_cells: the adapter's
+    cells in the block per kind, a seeded draw of their own
+    (``pipeline.choose_same_architecture_adapter_cells``), outside ``adapter.cells``.
   export_cells: cells whose edited target the job writes as a Hugging Face checkpoint under
     WORKDIR/export/ (the closed form folded into the target's last affine layer, at the cell's
     strength): "TARGET<-SOURCE:A+B" for an addition cell, "TARGET<-SOURCE:-T" for a negation
@@ -86,7 +102,11 @@ from experiments.configs import common, toy_world
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   variant = toy_world.check_variant(arg, "main-job")
-  c = common.schema("main", variant, toy_world.get_config(variant))
+  # The default and micro worlds with their same-architecture twins (the base families are the
+  # same models, same cache keys, as in the worlds without them).
+  world = toy_world.get_config({"default": "samearch", "micro": "micro-samearch"}.get(
+      variant, variant))
+  c = common.schema("main", variant, world)
   c.source.update(steps=800, lr=2e-2, batch=32)
   common.method_options(c, calibrate=True, include_ceiling=True, random_draws="run",
                         workers=2)
@@ -94,6 +114,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.adapter.update(steps=300, lr=1e-2, batch=32, keep=0.1)
   c.negation_strengths = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0]
   c.export_cells = ()
+  c.same_architecture = ml_collections.ConfigDict(dict(
+      families=tuple(f for f in toy_world.SAME_ARCHITECTURE if f in c.data.world.families),
+      per_class=1, vote="mean", center=False, batch=64, adapter_cells=2))
   if variant in ("micro", "micro-samearch"):
     c.source.steps = 60
     c.adapter.update(steps=40, lr=2e-2, cells=2)

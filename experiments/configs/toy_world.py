@@ -3,8 +3,9 @@
     python -m experiments.probe_world --config=experiments/configs/toy_world.py
     python -m experiments.probe_world --config=experiments/configs/toy_world.py:micro
 
-``get_config()`` is the main job's world: three CLIP families and one SigLIP family (pretraining
-all four, cold, takes about 10 minutes on a 2-core CPU; cached afterwards);
+``get_config()`` is the main job's world less its twin (below): three CLIP families and one
+SigLIP family (pretraining all four, cold, takes about 10 minutes on a 2-core CPU; cached
+afterwards);
 ``get_config("micro")`` is a two-family world (one CLIP, one SigLIP) small enough for the test
 suite; ``get_config("wide")`` the default world with 80-160-wide towers (a measurement of what
 width buys; its pretraining alone takes about 12 minutes on 2 cores); ``get_config("lookalike")``
@@ -55,7 +56,8 @@ VARIANTS = ("default", "micro", "wide", "lookalike", "samearch", "micro-samearch
 # initialised and captioned from its own random streams (``platonic_jax.data.toyworld.world``
 # seeds both by the world seed and the family name) -- different models of one architecture,
 # as the paper's CLIP-L, OpenCLIP-L and MetaCLIP-L are. Parameter-space transport (GradFix,
-# Theseus) is defined between them. The base worlds, and so the default main job, are unchanged.
+# Theseus) is defined between them. The base worlds are unchanged; the main job runs on these
+# variants (``experiments/configs/main.py``), the twin in its same-architecture cells only.
 SAME_ARCHITECTURE = {"clip-a2": "clip-a"}
 
 

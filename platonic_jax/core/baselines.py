@@ -105,6 +105,10 @@ def weight_space_arithmetic(pre: DualEncoder, finetuned: Sequence[Any],
 # Parameter-space transport between different models of one architecture: GradFix, Theseus.
 
 TRANSPORTS = ("gradfix", "theseus")
+# What ``same_architecture_transfer`` can return: the transports, and the source's task vectors
+# added as they are (weight-space arithmetic across two models of one architecture, the
+# reference both transports are read against).
+ROUTES = TRANSPORTS + ("untransported",)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -139,8 +143,9 @@ def same_architecture_transfer(source: DualEncoder, target: DualEncoder,
   relative to ``source``. GradFix: ``target + sum_k coef_k * mask_k(tau_k)``, the mask from the
   target's gradient on the term's own labeled examples (``vote``: "mean" or "majority", see
   ``core.gradfix``). Theseus: ``target + sum_k coef_k * T(tau_k)`` with one set of Procrustes
-  maps from every term's images (``center``: centre activations; ``core.rebasin``). The
-  results are scored like ``weight_space_arithmetic``'s (same coefficients: 0.5 on each of two
+  maps from every term's images (``center``: centre activations; ``core.rebasin``).
+  "untransported" (asked for by name; not in the default ``methods``): ``target + sum_k coef_k *
+  tau_k``, the vectors added as they are. The results are scored like ``weight_space_arithmetic``'s (same coefficients: 0.5 on each of two
   added tasks, -1 for negation). ``target`` and the fine-tunes are not changed.
   Raises ValueError for an unknown method, no terms, different architectures, a fine-tune of
   another model than ``source``, or bad examples.
@@ -151,9 +156,9 @@ def same_architecture_transfer(source: DualEncoder, target: DualEncoder,
       out["gradfix"], out["theseus"]
   """
   methods = tuple(methods)
-  bad = [m for m in methods if m not in TRANSPORTS]
+  bad = [m for m in methods if m not in ROUTES]
   if bad or not methods:
-    raise ValueError(f"unknown transport methods {bad or methods}; choose from {TRANSPORTS}")
+    raise ValueError(f"unknown transport methods {bad or methods}; choose from {ROUTES}")
   gradfix_lib.check_vote(vote)
   terms = list(terms)
   if not terms or not all(isinstance(t, TransportTerm) for t in terms):
@@ -187,6 +192,11 @@ def same_architecture_transfer(source: DualEncoder, target: DualEncoder,
     for t, tau in zip(terms, taus):
       lora.add_delta(model.module, rebasin.theseus(source, target, tau, None, maps=maps), t.coef)
     out["theseus"] = model
+  if "untransported" in methods:
+    model = target.clone()
+    for t, tau in zip(terms, taus):
+      lora.add_delta(model.module, tau, t.coef)
+    out["untransported"] = model
   return out
 
 

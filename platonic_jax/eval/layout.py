@@ -18,9 +18,12 @@ from typing import Mapping, Sequence
 import numpy as np
 
 SETTINGS = {"same_model": "Source and target are the same model",
+            "same_architecture": "Different models within one architecture (weight-space: the "
+                                 "source's task vectors added untransported)",
             "cross_model": "Source and target are different models",
             "mixed": "One source is the target"}
-METHODS = {"weight_space": "Weight-space arithmetic", "closed_form": "Ours, closed form",
+METHODS = {"weight_space": "Weight-space arithmetic", "gradfix": "GradFix",
+           "theseus": "Theseus", "closed_form": "Ours, closed form",
            "consensus": "Ours, consensus", "adapter": "Ours, adapter", "oracle": "Oracle",
            "random_utd": "Random-UTD", "gradient_ascent": "Gradient ascent"}
 UNITS = ("accuracy in percent; in brackets, the change in points from the zero-shot of the "

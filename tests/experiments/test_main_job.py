@@ -50,6 +50,10 @@ MAIN_REFUSALS = [
     ("--config.export_cells=('siglip-b<-clip-a:-shape',)", "residual-head family"),
     ("--config.export_cells=('clip-a<-clip-a:-shape', 'clip-a<-clip-a:-shape')",
      "repeated export cells"),
+    ("--config.export_cells=('clip-a2<-clip-a2:-shape',)", "family 'clip-a2' is not in this run"),
+    ("--config.same_architecture.families=('clip-z',)", "unknown families ['clip-z']"),
+    ("--config.same_architecture.per_class=0", "same_architecture.per_class must be an integer"),
+    ("--config.same_architecture.vote=median", "same_architecture.vote must be one of"),
 ]
 ANATOMY_REFUSALS = [
     ("--config.data.families=('clip-a',)", "at least two families"),
@@ -183,7 +187,7 @@ def test_records_are_consistent(run):
       assert 0.0 <= acc <= 100.0
       assert abs(r["delta"][t] - (acc - s["zero_shot"][r["target"]][t])) < 1e-2
   # one consensus cell per (target, task pair) and per (target, task), read as cross-model
-  targets = set(s["zero_shot"])
+  targets = set(s["zero_shot"]) - {"clip-a2"}  # the twin enters the same-architecture cells only
   for kind, n in (("addition", 3), ("negation", 3)):  # micro: 3 task pairs, 3 tasks
     cons = [r for r in recs if r["kind"] == kind and r["method"] == "consensus"]
     assert sorted(r["target"] for r in cons) == sorted(list(targets) * n)
@@ -199,8 +203,65 @@ def test_records_are_consistent(run):
   # the adapter ran on exactly the named cells
   named = {(c[0], tuple(c[1]), tuple(c[2])) for c in s["adapter_cells"]["addition"]}
   ran = {(r["target"], tuple(r["tasks"]), tuple(r["sources"])) for r in recs
-         if r["kind"] == "addition" and r["method"] == "adapter"}
+         if r["kind"] == "addition" and r["method"] == "adapter"
+         and r["setting"] != "same_architecture"}  # those have cells of their own
   assert ran == named
+
+
+def test_same_architecture_block(run):
+  """The micro world's twin (clip-a2, clip-a's architecture) gives the paper's "different models
+  within one architecture" block: every ordered pair (clip-a, clip-a2) with each of the 3 task
+  pairs and 3 tasks, GradFix, Theseus, the untransported vectors (weight-space), the closed form
+  and its controls on each, and the adapter on its own 2 cells per kind."""
+  work, stdout = run
+  s = json.load(open(os.path.join(work, "summary.json")))
+  recs = [json.loads(l) for l in open(os.path.join(work, "results.jsonl"))]
+  assert s["same_architecture_pairs"] == [["clip-a", "clip-a2"], ["clip-a2", "clip-a"]]
+  for kind, role in (("addition", "composed"), ("negation", "removed")):
+    block = s[kind]["same_architecture"]
+    adapter = s["same_architecture_adapter_cells"][kind]
+    assert len(adapter) == 2
+    want = {m: 6 for m in ("closed_form", "gradfix", "theseus", "weight_space", "oracle",
+                           "random_utd")}
+    assert {m: v["cells"] for m, v in block.items()} == dict(want, adapter=len(adapter))
+    mine = [r for r in recs if r["kind"] == kind and r["setting"] == "same_architecture"]
+    assert {(r["target"], r["sources"][0]) for r in mine} == {("clip-a", "clip-a2"),
+                                                              ("clip-a2", "clip-a")}
+    ran = {(r["target"], tuple(r["tasks"]), tuple(r["sources"])) for r in mine
+           if r["method"] == "adapter"}
+    assert ran == {(c[0], tuple(c[1]), tuple(c[2])) for c in adapter}
+    cf = [r[role] for r in mine if r["method"] == "closed_form"]
+    assert abs(np.mean(cf) - block["closed_form"][role]) < 1e-3
+  # the twin is in no other block's cell
+  assert not any("clip-a2" in [r["target"]] + r["sources"] for r in recs
+                 if r["setting"] != "same_architecture")
+  tables = open(os.path.join(work, "tables.txt")).read()
+  block = tables.split("Different models within one architecture")
+  assert len(block) == 3  # one per table
+  for part in block[1:]:
+    rows = part.split("Source and target are different models")[0]
+    for name in ("GradFix", "Theseus", "Weight-space arithmetic", "Ours, closed form",
+                 "Ours, adapter", "Oracle"):
+      assert "\n" + name in rows, (name, rows)
+
+
+def test_the_twin_leaves_every_other_record_unchanged(run, cache, tmp_path):
+  """The main job without the twin (its other families only: the micro world as it was before
+  the twin) writes the same records, bit for bit, for every cell but the same-architecture
+  ones, and the same summary blocks, selections and Figure 2 curve."""
+  work, _ = run
+  _main_job(cache, tmp_path, "--config.families=('clip-a', 'siglip-b')")
+  read = lambda w: [l for l in open(os.path.join(w, "results.jsonl"))]
+  mine = [l for l in read(work) if json.loads(l)["setting"] != "same_architecture"]
+  assert mine == read(tmp_path)
+  a = json.load(open(os.path.join(work, "summary.json")))
+  b = json.load(open(os.path.join(tmp_path, "summary.json")))
+  for kind in ("addition", "negation"):
+    assert {k: v for k, v in a[kind].items() if k != "same_architecture"} == b[kind]
+  for key in ("negation_curve", "selection", "adapter_cells", "oracle_retention",
+              "consensus_retention"):
+    assert a[key] == b[key], key
+  assert {k: v for k, v in a["ceilings"].items() if not k.startswith("clip-a2/")} == b["ceilings"]
 
 
 def test_same_seed_gives_identical_results(run, cache, tmp_path):

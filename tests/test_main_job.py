@@ -22,12 +22,14 @@ def _main_job(cache, work, *flags):
 
 
 def _refuses(tmp_path, module, override, match):
-  """``python -m module`` on the micro config with ``override`` exits with ``match`` in its
-  error before building anything: no workdir, and nothing pretrained into an empty cache."""
+  """``python -m module`` on the micro config with ``override`` (a flag, or a tuple of them)
+  exits with ``match`` in its error before building anything: no workdir, and nothing
+  pretrained into an empty cache."""
   cache = tmp_path / "cache"
   env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
+  overrides = list(override) if isinstance(override, tuple) else [override]
   out = subprocess.run(
-      [sys.executable, "-m", module, "--config=experiments/configs/main.py:micro", override,
+      [sys.executable, "-m", module, "--config=experiments/configs/main.py:micro", *overrides,
        f"--workdir={tmp_path / 'w'}"], cwd=ROOT, env=env, capture_output=True, text=True,
       timeout=300)
   assert out.returncode != 0 and match in out.stderr, out.stderr[-2000:]
@@ -92,6 +94,12 @@ def test_records_are_consistent(run):
     for t, acc in r["accuracy"].items():
       assert 0.0 <= acc <= 100.0
       assert abs(r["delta"][t] - (acc - s["zero_shot"][r["target"]][t])) < 1e-2
+    # each closed-form record names its route: the SigLIP target's is the head edit (METHOD's,
+    # the default), the CLIP target's the fold; trained models (adapter, weight-space) have none
+    if r["method"] in ("closed_form", "consensus", "oracle", "random_utd"):
+      assert r["route"] == ("head_edit" if r["target"] == "siglip-b" else "fold"), r
+    else:
+      assert "route" not in r, r
   # one consensus cell per (target, task pair) and per (target, task), read as cross-model
   targets = set(s["zero_shot"])
   for kind, n in (("addition", 3), ("negation", 3)):  # micro: 3 task pairs, 3 tasks
@@ -135,8 +143,10 @@ def run_1se(tmp_path_factory, run, cache):
                          + repr(EXPORTS))
 
 
-# Two cells of the 1se run whose edited targets the job writes as Hugging Face checkpoints.
-EXPORTS = ("clip-a<-siglip-b:shape+color", "clip-a<-clip-a:-position")
+# Cells of the 1se run whose edited targets the job writes as Hugging Face checkpoints: a CLIP
+# target (the operator folded into its projection) and a SigLIP one (the head edit in fc2).
+EXPORTS = ("clip-a<-siglip-b:shape+color", "clip-a<-clip-a:-position",
+           "siglip-b<-clip-a:shape+position")
 
 
 def test_one_standard_error_rule_picks_smaller_operators(run, run_1se):
@@ -208,7 +218,10 @@ def test_strength_frontier_refuses_bad_arguments_before_building(tmp_path, overr
     ("--config.export_cells=('clip-a<-clip-z:-shape',)", "family 'clip-z' is not in this run"),
     ("--config.export_cells=('clip-a<-clip-a:shape+shape',)", "tasks must be distinct"),
     ("--config.export_cells=('clip-a<-clip-a:-fill',)", "tasks must be distinct downstream"),
-    ("--config.export_cells=('siglip-b<-clip-a:-shape',)", "residual-head family"),
+    (("--config.residual_head_route=embedding_operator",
+      "--config.export_cells=('siglip-b<-clip-a:-shape',)"),
+     "residual_head_route is 'embedding_operator', which acts outside the model"),
+    ("--config.residual_head_route=weights", "residual_head_route must be one of"),
     ("--config.export_cells=('clip-a<-clip-a:-shape', 'clip-a<-clip-a:-shape')",
      "repeated export cells"),
 ])
@@ -465,7 +478,7 @@ def test_summary_names_every_departure_from_method(run, run_1se):
             "adapter.keep": 0.0, "residual_head_route": "head_edit"}
   used = {"calibrate": cfg.calibrate, "include_ceiling": cfg.include_ceiling,
           "selection_rule": cfg.selection_rule, "adapter.keep": cfg.adapter.keep,
-          "residual_head_route": "embedding_operator"}  # no run uses the head edit yet
+          "residual_head_route": "head_edit"}
   for work, rule in ((run[0], "min"), (run_1se[0], "1se")):
     block = json.load(open(os.path.join(work, "summary.json")))["method"]
     used["selection_rule"] = rule
@@ -480,14 +493,17 @@ def test_method_block_refuses_unknown_options():
   from platonic_jax.core import options
   with pytest.raises(ValueError, match=r"unknown method options \['route'\]"):
     options.method_block({}, fixed={"route": "x"})
-  assert options.method_block({})["departures"] == ["residual_head_route"]
+  assert options.method_block({})["departures"] == []
+  assert options.method_block({"residual_head_route": "embedding_operator"})["departures"] == [
+      "residual_head_route"]
 
 
 def test_exported_cells_load_in_transformers_and_score_as_the_cells(run_1se, cache):
-  """Each exported cell is a CLIP checkpoint that transformers' CLIPModel loads; its image
-  features, scored with the target's own head, give the accuracies the job recorded for the
-  closed-form cell in embedding space (predictions agree but for at most one near-tie test
-  image per task: the fold is exact, the two runtimes round differently)."""
+  """Each exported cell is a checkpoint that transformers loads (CLIPModel for a CLIP target,
+  SiglipModel for the SigLIP one, whose head edit lives in fc2); its image features, scored
+  with the target's own head, give the accuracies the job recorded for the closed-form cell
+  through its route (predictions agree but for at most one near-tie test image per task: the
+  fold is exact, the two runtimes round differently)."""
   import torch
   import transformers
   from experiments.configs import main as main_config
@@ -506,9 +522,12 @@ def test_exported_cells_load_in_transformers_and_score_as_the_cells(run_1se, cac
   for spec, rel in summary["exports"].items():
     kind, tg, s, cell_tasks = pipeline.parse_cell(spec)
     path = os.path.join(work, rel)
-    hf = transformers.CLIPModel.from_pretrained(path).eval()
+    siglip = tg.startswith("siglip")
+    hf = (transformers.SiglipModel if siglip else transformers.CLIPModel).from_pretrained(
+        path).eval()
     (rec,) = [r for r in recs if r["method"] == "closed_form" and r["kind"] == kind
               and r["target"] == tg and r["sources"][0] == s and tuple(r["tasks"]) == cell_tasks]
+    assert rec["route"] == ("head_edit" if siglip else "fold")
     G_model = pj.load_model(path)
     for t, acc in rec["accuracy"].items():
       task = world.tasks[t]

@@ -4,8 +4,11 @@ model's own forward, and the head edit is selected label-free through the edited
 
 The micro world holds one family of each of the toy world's architectures (``clip-a``: CLIP
 towers, affine projection, "fold"; ``siglip-b``: SigLIP towers with the residual attention-pool
-head, "head_edit" and the reference "embedding_operator").
+head, "head_edit" and the reference "embedding_operator"); the default world's four families
+are checked with their own configurations and random weights (no pretraining).
 """
+
+import types
 
 import numpy as np
 import pytest
@@ -126,3 +129,62 @@ def test_routes_that_do_not_apply_are_refused(study, tmp_path):
   with pytest.raises(ValueError, match="residual_head_route must be one of"):
     study_lib.Study(study.models, study.tasks, cache_dir=str(tmp_path), downstream=[t],
                     controls=[], source=study.source_recipe, residual_head_route="weights")
+
+
+def _synthetic_study(model, tmp_path, seed=0):
+  """A one-task study of ``model`` whose class embeddings and source descriptor are drawn at
+  random and put in place (no text tower or fine-tune runs): (study, test images)."""
+  from platonic_jax.core.descriptor import Descriptor, Provenance
+  from platonic_jax.core.grid import make_grid
+  rs = np.random.RandomState(seed)
+  n, N, C = 40, 24, 5
+  size = model.image_shape[-1]
+  X = rs.rand(n + N, 3, size, size).astype(np.float32)
+  names = tuple(f"c{i}" for i in range(C))
+  task = types.SimpleNamespace(name="t", classnames=names, templates=("{}",), num_classes=C,
+                               probes=X[:n], probe_ids=tuple(range(n)),
+                               train=(X[:n], np.zeros(n, int)), test=(X[n:], rs.randint(0, C, N)))
+  study = study_lib.Study({"m": model}, {"t": task}, cache_dir=str(tmp_path), downstream=["t"],
+                          controls=[], source=dict(rank=4, steps=1, lr=1e-3, batch=8, seed=0),
+                          folds=4, log=_quiet)
+  Z = pj.embed_images(model, X, batch_size=64)
+  G = rs.randn(C, Z.shape[1]).astype(np.float32)
+  study._emb[("m", "t")] = study_lib.TaskEmbeddings(
+      G=G / np.linalg.norm(G, axis=1, keepdims=True), probes=Z[:n], test=Z[n:])
+  U = rs.randn(n, C)
+  U = (0.05 * (U - U.mean(axis=1, keepdims=True))).astype(np.float32)
+  desc = Descriptor.single(make_grid("t", range(n), names, ["{}"]), U,
+                           provenance=Provenance(source="m"))
+  study._sources[("m", "t", 0)] = study_lib.Source("m", "t", 0, desc, 0.0, "")
+  return study, X[n:]
+
+
+def _toy_families():
+  from experiments.configs import toy_world
+  return sorted(toy_world.get_config().families)
+
+
+@pytest.mark.parametrize("family", _toy_families())
+def test_every_toy_family_scores_as_its_edited_model(family, tmp_path):
+  """Each family of the default toy world (its configuration, random weights): the engine's
+  closed-form scoring on its route equals the forward of the model with the edit folded in to
+  1e-5, at +0.5 and -1 (the fold for the CLIP families, the head edit for the SigLIP one)."""
+  from experiments.configs import toy_world
+  from platonic_jax.data.toyworld import world as world_lib
+  from tests.core.test_head_edit import _random_model
+  config = toy_world.get_config()
+  model = _random_model(world_lib.hf_config(config.to_dict(), family), 0)
+  study, X = _synthetic_study(model, tmp_path)
+  route = study.route("m")
+  assert route == ("head_edit" if config.families[family].get("arch") == "siglip" else "fold")
+  op = study.operator("m", "t", "m")
+  G = study.emb("m", "t").G
+  for strength in (0.5, -1.0):
+    terms = [(op, strength)]
+    Zs = study.edited_embeddings("m", "t", terms)
+    edited = routes.edited_model(model, [(routes.ClosedFormEdit(route, op), strength)])
+    Zf = np.asarray(pj.embed_images(edited, X, batch_size=64))
+    np.testing.assert_allclose(Zs, Zf, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(Zs @ G.T, Zf @ G.T, atol=1e-5, rtol=0)
+    acc = 100.0 * np.mean(np.argmax(Zf @ G.T, axis=1) == study.task("t").test[1])
+    assert study.closed_form_accuracy("m", ["t"], terms)["t"] == pytest.approx(acc, abs=1e-9)

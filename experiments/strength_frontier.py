@@ -61,9 +61,12 @@ def main(argv):
     return p.study.descriptor(s, t, target=tg)
   result = {}
   for pick in picks:
-    ops = frontier.repick(p.ops, p.emb, descriptor, pick)
+    # each operator re-solved and scored through its target's route, as the main job's
+    ops = frontier.repick(p.ops, p.emb, descriptor, pick,
+                          solve=lambda tg, t, s, r, lam: p.study.solve_at(tg, t, s, r, lam))
     result[pick] = frontier.frontier(models, p.tasks, p.emb, ops, p.names, p.controls, p.zs,
-                                     float(cfg.alpha), float(cfg.negation_lambda), multipliers)
+                                     float(cfg.alpha), float(cfg.negation_lambda), multipliers,
+                                     score=p.study.closed_form_accuracy)
     log(f"  evaluated pick {pick}")
   path = launch.write_json(_WORKDIR.value, "frontier.json",
                            {"alpha": float(cfg.alpha), "lambda": float(cfg.negation_lambda),

@@ -55,8 +55,10 @@ def main(argv):
   world, p = launch.prepare(cfg, "transfer_anatomy", log)  # the main job's stages 1-3
   strengths = {"addition": float(cfg.alpha), "negation": -float(cfg.negation_lambda)}
   models = {m: world.models[m] for m in p.models}  # the main grid's families (no twin)
+  head = {tg: {t: p.study.head_features(tg, t).test for t in p.names} for tg in models
+          if p.study.route(tg) == "head_edit"}  # their operators are head edits
   shift, by_task = shift_parts(models, p.tasks, p.emb, p.ops, p.names, p.controls, p.zs,
-                               strengths)
+                               strengths, head=head)
   result = {"strengths": strengths, "shift": shift, "operator_by_task": by_task,
             "agreement": descriptor_agreement(p.sources, p.tasks, p.names, list(models))}
   path = launch.write_json(_WORKDIR.value, "anatomy.json", result)

@@ -36,6 +36,7 @@ import numpy as np
 from platonic_jax.core import options
 from platonic_jax.core.analysis import CONSENSUS
 from platonic_jax.core.select import check_rule
+from platonic_jax.study import CLOSED_FORM_METHODS
 from platonic_jax.study import adapter_kwargs, cell_accuracies  # noqa: F401  (re-exported)
 from platonic_jax.sweep import cell_key
 from platonic_jax.validate import check_int, check_number, check_unique
@@ -49,15 +50,19 @@ SETTINGS = ("same_model", "same_architecture", "cross_model")
 CELLS = "cells.jsonl"  # the sweep's records: one per finished cell, read back on a rerun
 
 
-def _record(kind, target, cell_tasks, srcs, method, accs, zs, controls, role, setting=None):
+def _record(kind, target, cell_tasks, srcs, method, accs, zs, controls, role, route,
+            setting=None):
   if setting is None:
     setting = "same_model" if all(s == target for s in srcs) else "cross_model"
-  return {"kind": kind, "target": target, "tasks": list(cell_tasks), "sources": list(srcs),
-          "setting": setting,
-          "method": method, "accuracy": accs,
-          "delta": {t: accs[t] - zs[t] for t in accs},
-          role: float(np.mean([accs[t] - zs[t] for t in cell_tasks])),
-          "controls": float(np.mean([accs[c] - zs[c] for c in controls]))}
+  out = {"kind": kind, "target": target, "tasks": list(cell_tasks), "sources": list(srcs),
+         "setting": setting,
+         "method": method, "accuracy": accs,
+         "delta": {t: accs[t] - zs[t] for t in accs},
+         role: float(np.mean([accs[t] - zs[t] for t in cell_tasks])),
+         "controls": float(np.mean([accs[c] - zs[c] for c in controls]))}
+  if method in CLOSED_FORM_METHODS:  # how the edit reached the target (core.routes)
+    out["route"] = route
+  return out
 
 
 def cells(models: Sequence[str], names: Sequence[str], chosen: dict) -> list[dict]:
@@ -146,7 +151,8 @@ def compute_cell(study, cfg, controls: Sequence[str], cell: dict, log=print) -> 
     if cell["adapter"]:
       log(f"  adapter {kind} {tg} <- {s}: {'+' if kind == 'addition' else '-'}"
           f"{'+'.join(ts)}  ({time.time() - t0:.1f}s)")
-  return {"records": [_record(kind, tg, ts, srcs, method, a, zs, controls, role, setting)
+  return {"records": [_record(kind, tg, ts, srcs, method, a, zs, controls, role, study.route(tg),
+                              setting)
                       for method, a in accs.items()]}
 
 
@@ -279,9 +285,9 @@ def task_names(cfg, downstream: Sequence[str]) -> list[str]:
 def check_config(cfg, downstream: Sequence[str]) -> list[str]:
   """Refuses a main-job config before anything is built, with a ValueError naming the problem:
   unknown or repeated downstream tasks (``task_names``), fewer than two of them (addition cells
-  compose task pairs), families that ``cfg.data.world`` does not have or that are named twice, an
-  unknown ``selection_rule``, strengths (``alpha``, ``negation_lambda``,
-  ``weight_space_lambda``) that are not finite and > 0, ``negation_strengths`` that are not a
+  compose task pairs), families that ``cfg.data.world`` does not have or that are named twice,
+  an unknown ``selection_rule`` or ``residual_head_route``, strengths (``alpha``,
+  ``negation_lambda``, ``weight_space_lambda``) that are not finite and > 0, ``negation_strengths`` that are not a
   non-empty list of finite numbers >= 0, ``folds`` below 2, ``adapter.cells`` below 0. Returns
   the task names."""
   names = task_names(cfg, downstream)
@@ -291,6 +297,10 @@ def check_config(cfg, downstream: Sequence[str]) -> list[str]:
   from platonic_jax.data.toyworld.world import check_families
   check_families(cfg.data.world, list(cfg.data.families))
   check_rule(cfg.get("selection_rule", "min"))
+  from platonic_jax.core.routes import RESIDUAL_HEAD_ROUTES
+  if cfg.get("residual_head_route", "head_edit") not in RESIDUAL_HEAD_ROUTES:
+    raise ValueError(f"residual_head_route must be one of {RESIDUAL_HEAD_ROUTES}, got "
+                     f"{cfg.residual_head_route!r}")
   for name in ("alpha", "negation_lambda", "weight_space_lambda"):
     check_number(name, cfg[name], low=0, strict=True)
   strengths = cfg.negation_strengths
@@ -346,8 +356,9 @@ def parse_cell(spec: str) -> tuple[str, str, str, tuple[str, ...]]:
 
 def export_cells(cfg, names: Sequence[str]) -> list[tuple[str, str, str, str, tuple[str, ...]]]:
   """``cfg.export_cells`` as (spec, *``parse_cell(spec)``), checked before anything is built:
-  families of the run, downstream tasks of the run (an addition pair of two different ones), an
-  affine-head target (``arch`` "clip"), no cell named twice."""
+  families of the run, downstream tasks of the run (an addition pair of two different ones), a
+  target whose route yields a model (an affine family, or a residual-head family under the head
+  edit; not the embedding operator), no cell named twice."""
   if isinstance(cfg.get("export_cells", ()), str):
     raise ValueError("export_cells must be a tuple of cells, e.g. "
                      "--config.export_cells=\"('clip-a<-siglip-b:shape+color',)\"")
@@ -364,27 +375,32 @@ def export_cells(cfg, names: Sequence[str]) -> list[tuple[str, str, str, str, tu
     if unknown or len(set(cell_tasks)) != len(cell_tasks):
       raise ValueError(f"export cell {spec!r}: tasks must be distinct downstream tasks of this "
                        f"run {list(names)}")
-    if cfg.data.world.families[tg].get("arch", "clip") != "clip":
+    if (cfg.data.world.families[tg].get("arch", "clip") != "clip"
+        and cfg.get("residual_head_route", "head_edit") == "embedding_operator"):
       raise ValueError(f"export cell {spec!r}: target {tg!r} is a residual-head family "
-                       f"({cfg.data.world.families[tg].arch}); its closed form is the embedding "
-                       "operator, which no checkpoint holds")
+                       f"({cfg.data.world.families[tg].arch}) and residual_head_route is "
+                       "'embedding_operator', which acts outside the model and no checkpoint "
+                       "holds; export it under the head edit (residual_head_route='head_edit')")
     out.append((spec, kind, tg, s, cell_tasks))
   return out
 
 
 def export_edited(models, ops, cells, cfg, out_dir: str, log=print) -> dict:
-  """Writes each cell's edited target (``core.fold.fold`` of its closed-form operators at the
-  cell's strength: +alpha per task in addition, -negation_lambda in negation) as a Hugging Face
-  checkpoint ``out_dir/<target>__<source>__<tasks>``; returns {cell spec: directory}."""
+  """Writes each cell's edited target (its closed-form edits at the cell's strength, +alpha per
+  task in addition, -negation_lambda in negation, folded in through the target's route,
+  ``core.routes.edited_model``: into the last projection, or ``fc2`` for the head edit) as a
+  Hugging Face checkpoint ``out_dir/<target>__<source>__<tasks>``; returns {cell spec:
+  directory}."""
   from platonic_jax.convert.hf import export_hf
-  from platonic_jax.core.fold import fold
+  from platonic_jax.core import routes
   out = {}
   for spec, kind, tg, s, cell_tasks in cells:
     strength = cfg.alpha if kind == "addition" else -cfg.negation_lambda
-    terms = [(ops[(tg, t, s)], strength) for t in cell_tasks]
+    route = routes.route_for(models[tg], cfg.get("residual_head_route", "head_edit"))
+    terms = [(routes.ClosedFormEdit(route, ops[(tg, t, s)]), strength) for t in cell_tasks]
     sign = "+" if kind == "addition" else "-"
     path = os.path.join(out_dir, f"{tg}__{s}__{sign}{'+'.join(cell_tasks)}")
-    export_hf(fold(models[tg], terms), path)
+    export_hf(routes.edited_model(models[tg], terms), path)
     out[spec] = path
     log(f"  exported {spec} to {path}")
   return out
@@ -431,6 +447,9 @@ def prepare(world, cfg, log: Callable[[str], None] = print) -> Prepared:
   tasks = {t: study.task(t) for t in names + controls}
   log(f"[1/5] embedding {len(tasks)} tasks under {len(models)} models")
   study.prefetch()
+  for m in models:  # the head edit's features too, before the processes divide the work
+    if study.route(m) == "head_edit":
+      study.head_features(m, names[0])
   emb = {m: {t: study.emb(m, t) for t in tasks} for m in models}
   zs = {m: {t: study.zero_shot(m, t) for t in tasks} for m in models}
   for m in models:

@@ -15,10 +15,23 @@ Caches under ``cache_dir``, all keyed by content (safe to share between experime
 
 An embedding is keyed by the model's fingerprint and the split's content hash; a source by the
 model's fingerprint, the task's content (train split, probes, prompts) and the recipe; an
-operator by the target's id, the task, and a source id that hashes the descriptor it solves,
-the fine-tune seed and the selection settings. ``counts`` records what this object actually
-computed (embedding runs, fine-tunes, solves), so a resumed sweep can be checked to redo
-nothing.
+operator by the target's id, the task, and a source id that names the route (``core.routes``:
+"fold", "head_edit" or "embedding_operator") and hashes it with the descriptor it solves, the
+fine-tune seed and the selection settings (a head edit's ``dK (m, d)`` and an operator's
+``W (d, d)`` never share an entry).
+
+Routes: a closed-form edit reaches a target by ``Study.route(target)``: "fold" for the affine
+families (the operator folded into the last projection), and for the residual-head families
+(SigLIP, SigLIP2) the study's ``residual_head_route``: "head_edit" (METHOD's deployable route,
+``fc2.kernel += dK``, selected label-free through the edited head) or "embedding_operator"
+(the reference, ``W`` applied outside the model). ``closed_form_accuracy`` scores each route as
+the edited model predicts, from cached features: a folded target's embedding is
+``z (I + sum s W)`` (the folded projection applied to the cached pre-projection features), a
+head-edited one's ``normalise(zhat + Hh sum s dK)`` (``head_features``, cached like the
+embeddings under ``embeddings/``).
+
+``counts`` records what this object actually computed (embedding runs, fine-tunes, solves), so
+a resumed sweep can be checked to redo nothing.
 
 Source specs (what ``operators`` accepts): a model name (that model's fine-tune on the task),
 ``"random~<model>"`` (the random-UTD control at that source's norm, seeded by the cell; a
@@ -49,6 +62,9 @@ _SOURCE_VERSION = "source/2"
 _OPERATOR_VERSION = "operator/3"
 # How random-UTD controls are seeded (``Study(random_draws=...)``).
 RANDOM_DRAWS = ("cell", "run")
+# The cell methods edited by a closed-form solve (each record names its route,
+# ``Study.route``); the others (adapter, weight-space) are trained models.
+CLOSED_FORM_METHODS = ("closed_form", "consensus", "oracle", "random_utd")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -79,6 +95,15 @@ class TaskData:
 class TaskEmbeddings:
   """One model on one task: G (C, d) head, probes (n, d), test (N, d) normalised embeddings."""
   G: np.ndarray
+  probes: np.ndarray
+  test: np.ndarray
+
+
+@dataclasses.dataclass
+class HeadFeatures:
+  """A residual-head model on one task: the head's row-scaled hidden features
+  ``Hh = act(fc1(LN(a))) / ||z||`` of the probes (n, m) and of the test images (N, m)
+  (``core.head_edit.head_features``): what the head edit regresses on and scores through."""
   probes: np.ndarray
   test: np.ndarray
 
@@ -205,11 +230,13 @@ class Study:
   The method's options (``core.options``; every experiment passes its config's through
   ``method_options``): calibrate (descriptors of another model re-expressed in the target's
   cosine units), include_ceiling (the selection's rank grid also holds min(C-1, d)),
-  selection_rule ("min" or "1se"). random_draws: "cell" or "run" (``descriptor``). workers:
-  source fine-tunes at once (``sources``). secondary: models that enter only the cells that
-  name them (the main job's same-architecture twins): no other target's consensus holds them,
-  and with random_draws "run" their draws follow every other (target, task, source)'s, so
-  adding one leaves the other models' operators and controls unchanged.
+  selection_rule ("min" or "1se"), residual_head_route ("head_edit", METHOD's, or
+  "embedding_operator": how SigLIP-like targets take a closed-form edit, ``route``).
+  random_draws: "cell" or "run" (``descriptor``). workers: source fine-tunes at once
+  (``sources``). secondary: models that enter only the cells that name them (the main job's
+  same-architecture twins): no other target's consensus holds them, and with random_draws
+  "run" their draws follow every other (target, task, source)'s, so adding one leaves the other
+  models' operators and controls unchanged.
   """
 
   def __init__(self, models: Mapping[str, Any], tasks: Mapping[str, Any], *, cache_dir: str,
@@ -217,7 +244,8 @@ class Study:
                seed: int = 0, folds: int = 5, embed_batch: int = 256,
                calibrate: bool = False, include_ceiling: bool = False,
                selection_rule: str = "min", random_draws: str = "cell", workers: int = 1,
-               secondary: Sequence[str] = (), log: Callable[[str], None] = print):
+               secondary: Sequence[str] = (), residual_head_route: str = "head_edit",
+               log: Callable[[str], None] = print):
     from platonic_jax.core.grid import check_templates
     for name, task in dict(tasks).items():  # before any embedding: one bad prompt, one error
       check_templates(task.templates, f"task {name!r}")
@@ -237,6 +265,10 @@ class Study:
     self.folds = int(folds)
     from platonic_jax.core.select import check_rule
     check_rule(selection_rule)
+    from platonic_jax.core.routes import RESIDUAL_HEAD_ROUTES
+    if residual_head_route not in RESIDUAL_HEAD_ROUTES:
+      raise ValueError(f"residual_head_route must be one of {RESIDUAL_HEAD_ROUTES}, got "
+                       f"{residual_head_route!r}")
     if random_draws not in RANDOM_DRAWS:
       raise ValueError(f"unknown random_draws {random_draws!r}; use one of {RANDOM_DRAWS}")
     workers = int(workers)
@@ -245,6 +277,7 @@ class Study:
     self.calibrate = bool(calibrate)
     self.include_ceiling = bool(include_ceiling)
     self.selection_rule = selection_rule
+    self.residual_head_route = residual_head_route
     self.random_draws = random_draws
     self.workers = workers
     self._run_keys: dict | None = None
@@ -258,9 +291,10 @@ class Study:
     self._fp: dict[str, str] = {}
     self._params: dict[str, int] = {}
     self._emb: dict[tuple[str, str], TaskEmbeddings] = {}
+    self._head: dict[tuple[str, str], HeadFeatures] = {}
     self._pixels: dict[tuple[str, int], tuple[Any, np.ndarray]] = {}
     self._sources: dict[tuple[str, str, int], Source] = {}
-    self._ops: dict[tuple[str, str, str, int], Any] = {}
+    self._ops: dict[tuple[str, str, str, int, str], Any] = {}
 
   @property
   def skipped(self) -> dict[str, list[str]]:
@@ -434,6 +468,80 @@ class Study:
     from platonic_jax.eval import zeroshot
     e = self.emb(m, t)
     return zeroshot.accuracy(e.test, self.task(t).test[1], e.G)
+
+  # -- routes and the residual head's features -----------------------------------------------
+
+  def route(self, m: str, residual_head_route: str | None = None) -> str:
+    """How a closed-form edit reaches target ``m`` (``core.routes.route_for``): "fold" for an
+    affine family, else ``residual_head_route`` (default: the study's)."""
+    from platonic_jax.core.routes import route_for
+    return route_for(self.model(m), residual_head_route or self.residual_head_route)
+
+  def check_route(self, m: str, route: str | None) -> str:
+    """``route`` (None: ``route(m)``) if it applies to target ``m``; ValueError naming it
+    otherwise ("fold" only for an affine family, the residual-head routes only for the
+    others)."""
+    from platonic_jax.core.routes import ROUTES
+    natural = self.route(m)
+    if route is None:
+      return natural
+    if route not in ROUTES:
+      raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
+    if (natural == "fold") != (route == "fold"):
+      raise ValueError(f"route {route!r} does not apply to target {m!r} "
+                       f"({self.model(m).family.name}); its route is "
+                       f"{'fold' if natural == 'fold' else 'head_edit or embedding_operator'}")
+    return route
+
+  def embedding_route(self, m: str) -> str:
+    """The route whose edit is ``W (d, d)`` on the embedding: "fold" for an affine family,
+    "embedding_operator" for a residual-head one (what analyses of ``W`` itself read)."""
+    return self.route(m, "embedding_operator")
+
+  def head_features(self, m: str, t: str) -> HeadFeatures:
+    """The residual head's ``Hh`` (``HeadFeatures``) of model ``m``'s probes and test images on
+    task ``t``, cached by content like the embeddings (with the first, those of every downstream
+    task and control are computed or loaded in one run). ValueError for an affine family."""
+    if (m, t) in self._head:
+      return self._head[(m, t)]
+    if self.route(m) == "fold":
+      raise ValueError(f"model {m!r} ({self.model(m).family.name}) has no residual head: its "
+                       "closed form folds into the last projection")
+    tasks = [u for u in dict.fromkeys(list(self.downstream) + list(self.controls) + [t])
+             if (m, u) not in self._head]
+    fp = self.fingerprint(m)
+    arrays = [self.task(u).probes for u in tasks] + [self.task(u).test[0] for u in tasks]
+    keys = [content_hash("headfeat/1", fp, self.array_hash(a)) for a in arrays]
+
+    def compute(missing):
+      self.counts["head_features"] += 1
+      return self._head_features(m, [arrays[i] for i in missing])
+    Hs = self.embeddings.get_many(keys, compute)
+    for i, u in enumerate(tasks):
+      self._head[(m, u)] = HeadFeatures(probes=Hs[i], test=Hs[len(tasks) + i])
+    return self._head[(m, t)]
+
+  def _head_features(self, m: str, arrays: Sequence) -> list[np.ndarray]:
+    """``Hh (n_i, m)`` of image sets under model ``m`` (``head_edit.head_features``): the
+    in-memory ones once per distinct object, loader splits streamed in batches."""
+    from platonic_jax.core import head_edit
+    model = self.model(m)
+    memo: dict[int, np.ndarray] = {}
+    out = []
+    for a in arrays:
+      if id(a) not in memo:
+        if _is_split(a):
+          from platonic_jax.data import loaders
+          if model.preprocessor is None:
+            raise ValueError(f"model {m!r} has no image preprocessor (preprocessor_config.json)")
+          parts = [np.asarray(head_edit.head_features(model, x, batch_size=self.embed_batch)[1])
+                   for x, _ in loaders.batches(a, model.preprocessor, self.embed_batch)]
+          memo[id(a)] = np.concatenate(parts)
+        else:
+          memo[id(a)] = np.asarray(head_edit.head_features(
+              model, self.pixels(m, a), batch_size=self.embed_batch)[1])
+      out.append(memo[id(a)])
+    return out
 
   # -- sources ------------------------------------------------------------------------------
 
@@ -681,25 +789,30 @@ class Study:
     descs = [self.descriptor(s, t, seed, target=target) for t, s in zip(tasks, specs)]
     return sign * functools.reduce(operator.add, descs)
 
-  def _source_id(self, spec: str, desc, seed: int | None) -> str:
+  def _source_id(self, spec: str, desc, seed: int | None, route: str) -> str:
     U = np.asarray(desc.only.U)
-    h = content_hash(_OPERATOR_VERSION, U, desc.only.grid.version, self.folds, self.seed,
+    h = content_hash(_OPERATOR_VERSION, route, U, desc.only.grid.version, self.folds, self.seed,
                      {"include_ceiling": self.include_ceiling, "rule": self.selection_rule})
-    return f"{spec}~seed{self._recipe(seed)['seed']}~{h[:12]}"
+    return f"{spec}~seed{self._recipe(seed)['seed']}~{route}~{h[:12]}"
 
-  def operators(self, target: str, t: str, specs: Sequence[str],
-                seed: int | None = None) -> dict[str, Any]:
-    """{spec: Operator} for target ``target`` on task ``t``: loaded from the bank, or solved
-    (one batched label-free selection over every missing spec) and stored. Several processes:
+  def operators(self, target: str, t: str, specs: Sequence[str], seed: int | None = None,
+                route: str | None = None) -> dict[str, Any]:
+    """{spec: Operator} for target ``target`` on task ``t`` through ``route`` (default
+    ``route(target)``): loaded from the bank, or solved (one batched label-free selection over
+    every missing spec) and stored. "fold" / "embedding_operator": ``W (d, d)`` regressed on the
+    probes' ``Zhat``; "head_edit": ``dK (m, d)`` regressed on their ``Hh``
+    (``head_features``), its (rank, ridge) selected by the held-out error read through the
+    edited head (``select.select_rank_ridge(regressor=Hh)``). Several processes:
     ``operators_many`` of this one request."""
     if distributed.process_count() > 1 and not distributed.alone():
-      return self.operators_many([(target, t, specs)], seed)[0]
-    return self._operators(target, t, specs, seed)
+      return self.operators_many([(target, t, specs)], seed, route)[0]
+    return self._operators(target, t, specs, seed, route)
 
   def operators_many(self, requests: Sequence[tuple[str, str, Sequence[str]]],
-                     seed: int | None = None) -> list[dict[str, Any]]:
-    """``[operators(target, t, specs)]`` for each request ``(target, t, specs)``, each request
-    one batched selection over its missing specs.
+                     seed: int | None = None, route: str | None = None
+                     ) -> list[dict[str, Any]]:
+    """``[operators(target, t, specs, route=route)]`` for each request ``(target, t, specs)``,
+    each request one batched selection over its missing specs.
 
     Several processes (every process calls this with the same requests): the requests with
     something to solve (process 0's view of the bank, ``distributed.agree``) are divided over
@@ -710,7 +823,7 @@ class Study:
     requests = [(tg, t, list(specs)) for tg, t, specs in requests]
     fs = self._recipe(seed)["seed"]
     if distributed.process_count() > 1 and not distributed.alone():
-      missing = [self._missing(tg, t, specs, seed) for tg, t, specs in requests]
+      missing = [self._missing(tg, t, specs, seed, route) for tg, t, specs in requests]
       flags = distributed.agree([bool(x) for x in missing])
       todo = [i for i, f in enumerate(flags) if f]
       # Costs and product names from the requests alone, the same on every process.
@@ -718,12 +831,16 @@ class Study:
       files = {}
       for i in todo:
         tg, t, specs = requests[i]
-        sids = [self._source_id(s, self.descriptor(s, t, seed, target=tg), seed) for s in specs]
+        r = self.check_route(tg, route)
+        sids = [self._source_id(s, self.descriptor(s, t, seed, target=tg), seed, r)
+                for s in specs]
         files[i] = _product(os.path.join(self.cache_dir, "bank", content_hash(
             "operators/1", self.target_id(tg), t, fs, sids)))
+        if r == "head_edit":  # cached collectively before the processes go their own ways
+          self.head_features(tg, t)
       with distributed.solo():
         for i in distributed.my_share(todo, costs):
-          ops = self._operators(*requests[i], seed, store=False, only_missing=True)
+          ops = self._operators(*requests[i], seed, route, store=False, only_missing=True)
           atomic.write_bytes(files[i], _pack_operators(ops))
       distributed.barrier("study:operators")
       for i in todo:  # collective bank writes, in request order
@@ -735,12 +852,12 @@ class Study:
             self.bank.put(op)
           except FileExistsError:  # solved concurrently by another run: same content
             pass
-          self._ops[(tg, t, spec, fs)] = op
+          self._ops[(tg, t, spec, fs, self.check_route(tg, route))] = op
       distributed.barrier("study:operators:stored")
       if distributed.is_primary():
         for f in files.values():
           os.remove(f)
-    return [self._operators(tg, t, specs, seed) for tg, t, specs in requests]
+    return [self._operators(tg, t, specs, seed, route) for tg, t, specs in requests]
 
   def solve_cost(self, target: str, t: str, n_specs: int) -> float:
     """What solving ``n_specs`` specs for ``target`` on ``t`` in one batched selection costs
@@ -749,37 +866,42 @@ class Study:
     e = self.emb(target, t)
     return float(max(4, 1 << (n_specs - 1).bit_length()) * e.probes.shape[0] * e.probes.shape[1])
 
-  def _missing(self, target: str, t: str, specs: Sequence[str], seed: int | None) -> list:
+  def _missing(self, target: str, t: str, specs: Sequence[str], seed: int | None,
+               route: str | None = None) -> list:
     """``[(spec, descriptor, source id)]`` of the specs neither in memory nor in the bank."""
+    route = self.check_route(target, route)
     fs = self._recipe(seed)["seed"]
     missing = []
     for spec in dict.fromkeys(specs):
-      if (target, t, spec, fs) in self._ops:
+      if (target, t, spec, fs, route) in self._ops:
         continue
       desc = self.descriptor(spec, t, seed, target=target)
-      sid = self._source_id(spec, desc, seed)
+      sid = self._source_id(spec, desc, seed, route)
       if (self.target_id(target), t, sid) not in self.bank:
         missing.append((spec, desc, sid))
     return missing
 
-  def _operators(self, target: str, t: str, specs: Sequence[str], seed: int | None = None, *,
-                 store: bool = True, only_missing: bool = False) -> dict[str, Any]:
+  def _operators(self, target: str, t: str, specs: Sequence[str], seed: int | None = None,
+                 route: str | None = None, *, store: bool = True,
+                 only_missing: bool = False) -> dict[str, Any]:
     """``operators`` on this process: loads or solves; ``store``: puts what it solves in the
     bank (never inside ``distributed.solo()``: it keeps them in memory then). ``only_missing``:
     returns only the specs it solved."""
     import dataclasses as dc
+    from platonic_jax.core import solve as solve_lib
     from platonic_jax.core.operator import Operator
     from platonic_jax.core.select import select_rank_ridge
     store = store and not distributed.alone()
+    route = self.check_route(target, route)
     fs = self._recipe(seed)["seed"]
     out, missing = {}, []
     for spec in specs:
-      mk = (target, t, spec, fs)
+      mk = (target, t, spec, fs, route)
       if mk in self._ops:
         out[spec] = self._ops[mk]
         continue
       desc = self.descriptor(spec, t, seed, target=target)
-      sid = self._source_id(spec, desc, seed)
+      sid = self._source_id(spec, desc, seed, route)
       key = (self.target_id(target), t, sid)
       if key in self.bank:
         out[spec] = self._ops[mk] = self.bank.get(*key)
@@ -787,40 +909,102 @@ class Study:
         missing.append((spec, desc, sid))
     if missing:
       e = self.emb(target, t)
+      H = self.head_features(target, t).probes if route == "head_edit" else None
       Us = [np.asarray(d.only.U) for _, d, _ in missing]
       # Pad the batch of sources to a power of two (repeating the last) so selections of
       # different sizes share compiled programs; the padding's results are dropped.
       Us += Us[-1:] * (max(4, 1 << (len(Us) - 1).bit_length()) - len(Us))
       sels = select_rank_ridge(e.probes, e.G, np.stack(Us), folds=self.folds, seed=self.seed,
-                               include_ceiling=self.include_ceiling, rule=self.selection_rule)
+                               include_ceiling=self.include_ceiling, rule=self.selection_rule,
+                               regressor=H)
       for (spec, desc, sid), sel in zip(missing, sels):
-        op = Operator.solve(e.probes, e.G, desc, target_id=self.target_id(target),
-                            rank=sel.rank, ridge=sel.ridge, source=sid)
-        op = dc.replace(op, selection=sel)
+        if H is None:
+          op = Operator.solve(e.probes, e.G, desc, target_id=self.target_id(target),
+                              rank=sel.rank, ridge=sel.ridge, source=sid)
+          op = dc.replace(op, selection=sel)
+        else:
+          term = desc.only
+          dK = solve_lib.solve_head_delta(H, e.G, term.U, rank=sel.rank, ridge=sel.ridge)
+          op = Operator(W=dK, grid=term.grid, target_id=self.target_id(target), source=sid,
+                        provenance=term.provenance, rank=int(sel.rank), ridge=float(sel.ridge),
+                        selection=sel)
         self.counts["solve"] += 1
         if store:
           try:
             self.bank.put(op)
           except FileExistsError:  # solved concurrently by another process: same content
             pass
-        out[spec] = self._ops[(target, t, spec, fs)] = op
+        out[spec] = self._ops[(target, t, spec, fs, route)] = op
     if only_missing:
       return {spec: out[spec] for spec, _, _ in missing}
     return {s: out[s] for s in specs}
 
-  def operator(self, target: str, t: str, spec: str, seed: int | None = None):
-    return self.operators(target, t, [spec], seed)[spec]
+  def solve_at(self, target: str, t: str, spec: str, rank: int, ridge: float,
+               seed: int | None = None, route: str | None = None):
+    """The Operator of ``spec`` on task ``t`` for ``target`` through ``route`` (default
+    ``route(target)``) at a fixed (rank, ridge), with no selection and not stored (what a
+    re-pick from the stored selection table solves)."""
+    from platonic_jax.core import solve as solve_lib
+    from platonic_jax.core.operator import Operator
+    route = self.check_route(target, route)
+    term = self.descriptor(spec, t, seed, target=target).only
+    e = self.emb(target, t)
+    if route == "head_edit":
+      W = solve_lib.solve_head_delta(self.head_features(target, t).probes, e.G, term.U,
+                                     rank=rank, ridge=ridge)
+    else:
+      W = solve_lib.solve_operator(e.probes, e.G, term.U, rank=rank, ridge=ridge)
+    return Operator(W=W, grid=term.grid, target_id=self.target_id(target),
+                    source=f"{spec}~rank{int(rank)}~ridge{float(ridge):g}~{route}",
+                    provenance=term.provenance, rank=int(rank), ridge=float(ridge))
+
+  def operator(self, target: str, t: str, spec: str, seed: int | None = None,
+               route: str | None = None):
+    return self.operators(target, t, [spec], seed, route)[spec]
 
   # -- evaluation ---------------------------------------------------------------------------
 
-  def closed_form_accuracy(self, target: str, tasks: Sequence[str], terms) -> dict[str, float]:
-    """{task: test accuracy} of the target edited by ``terms`` [(Operator or W, strength)] in
-    embedding space (exactly the folded model's predictions; ``zeroshot.closed_form_accs``)."""
+  def closed_form_accuracy(self, target: str, tasks: Sequence[str], terms,
+                           route: str | None = None) -> dict[str, float]:
+    """{task: test accuracy} of the target edited by ``terms`` [(Operator, strength)] solved
+    through ``route`` (default ``route(target)``; ``operators``), as the edited model predicts:
+
+    * "fold": ``normalise(z (I + sum s W))`` from the cached test embeddings, which is the
+      folded model's forward (``K' = K (I + sum s W)``, ``b' = b (I + sum s W)`` on the cached
+      pre-projection features) (``zeroshot.closed_form_accs``);
+    * "head_edit": ``normalise(zhat + Hh sum s dK)`` from the cached embeddings and head
+      features, which is the forward of the model with ``fc2.kernel += sum s dK``;
+    * "embedding_operator": ``W`` applied to the embeddings outside the model (no model holds
+      it; the reference).
+    """
     from platonic_jax.eval import zeroshot
     if not terms:
       return {t: self.zero_shot(target, t) for t in tasks}
-    return zeroshot.closed_form_accs({t: self.emb(target, t) for t in tasks}, self.tasks, tasks,
-                                     terms)
+    route = self.check_route(target, route)
+    emb = {t: self.emb(target, t) for t in tasks}
+    if route != "head_edit":  # the folded projection's output, z (I + sum s W)
+      return zeroshot.closed_form_accs(emb, self.tasks, tasks, terms)
+    edited = {}  # tasks labelling the same test pool share one edited copy
+    for t in tasks:
+      if id(emb[t].test) not in edited:
+        edited[id(emb[t].test)] = self.edited_embeddings(target, t, terms, route)
+    return {t: zeroshot.test_accuracy(edited[id(emb[t].test)], self.task(t), emb[t].G)
+            for t in tasks}
+
+  def edited_embeddings(self, target: str, t: str, terms, route: str | None = None) -> np.ndarray:
+    """``(N, d)`` the normalised test embeddings of task ``t`` under the target edited by
+    ``terms`` through ``route`` (``closed_form_accuracy`` scores these): "fold" and
+    "embedding_operator" ``normalise(z (I + sum s W))``, "head_edit"
+    ``normalise(zhat + Hh sum s dK)`` (``head_edit.edited_embeddings``)."""
+    from platonic_jax.core import head_edit
+    from platonic_jax.core.descriptor import l2_normalize
+    from platonic_jax.core.operator import apply_operators
+    route = self.check_route(target, route)
+    Z = self.emb(target, t).test
+    if route == "head_edit":
+      return np.asarray(head_edit.edited_embeddings(Z, self.head_features(target, t).test, terms,
+                                                    target_id=self.target_id(target)))
+    return np.asarray(l2_normalize(apply_operators(Z, terms)))
 
   def model_accuracy(self, model, target: str, tasks: Sequence[str]) -> dict[str, float]:
     """{task: test accuracy} of an edited model (adapter, weight-space, ...) with the target's
@@ -856,19 +1040,19 @@ def cell_accuracies(study: Study, target: str, tasks: Sequence[str], sources: Se
   one term per task of ``tasks``, task ``i``'s descriptor from source spec ``sources[i]``, at
   ``strength`` each (alpha in addition, minus lambda in negation).
 
-  closed_form: the operators, in embedding space. random_utd: the random-UTD controls of the
-  same sources through the same route. oracle (some source is not the target): the target's own
-  descriptors through the same route. weight_space (every source is the target): weight-space
-  arithmetic of the source fine-tunes at ``weight_space_lambda`` per task vector. adapter (given
+  closed_form: the operators through the target's route (``Study.route``: folded into the
+  last projection, or the head edit for a residual-head target, or the embedding operator where
+  the study names it), scored as the edited model predicts (``Study.closed_form_accuracy``).
+  random_utd: the random-UTD controls of the same sources through the same route. oracle (some
+  source is not the target): the target's own descriptors through the same route (the methods
+  of ``CLOSED_FORM_METHODS``: their records name ``study.route(target)``). weight_space (every
+  source is the target): weight-space arithmetic of the source fine-tunes at
+  ``weight_space_lambda`` per task vector. adapter (given
   ``fit_adapter``'s recipe, ``adapter_kwargs``): the adapter fitted on the sum of the
   descriptors, with the sign of ``strength``, at full strength.
   """
   from platonic_jax.core import adapter as adapter_lib
   from platonic_jax.core import baselines
-  # Every closed-form row is scored by ``Study.closed_form_accuracy`` (embedding space, what a
-  # folded CLIP-like target predicts; a SigLIP target's route is the embedding operator,
-  # ``core.options`` "residual_head_route"): the one place a route through edited models
-  # (``core.fold``, the head edit) would go.
   oracle = any(s != target for s in sources)
   for t, s in zip(tasks, sources):  # one batched solve per grid for every spec the cell reads
     study.operators(target, t, [s, "random~" + s] + ([target] if oracle else []))
@@ -1045,6 +1229,7 @@ def method_options(config) -> dict:
   return dict(calibrate=bool(config.get("calibrate", False)),
               include_ceiling=bool(config.get("include_ceiling", False)),
               selection_rule=config.get("selection_rule", "min"),
+              residual_head_route=config.get("residual_head_route", "head_edit"),
               random_draws=config.get("random_draws", "cell"),
               workers=int(config.get("workers", 1)))
 

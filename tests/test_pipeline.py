@@ -34,7 +34,9 @@ def _world(tmp_path, families=tuple(DIMS), seed=0, calibrate=True, secondary=())
     Z_ft = Z + 0.5 * rng.standard_normal((N, d))  # each family's own "fine-tune"
     desc = Descriptor.from_embeddings(grid, Z, Z_ft, G, provenance=Provenance(source=m))
     sources[m] = Source(m, "t", 0, desc, 0.0, "")
-    models[m] = types.SimpleNamespace(name=f"model-{m}", fingerprint=lambda m=m: f"fp-{m}")
+    models[m] = types.SimpleNamespace(  # an affine family: its closed form folds ("fold")
+        name=f"model-{m}", fingerprint=lambda m=m: f"fp-{m}",
+        family=types.SimpleNamespace(name="synthetic", edit_kind="affine"))
   study = Study({m: models[m] for m in families}, {"t": task}, cache_dir=str(tmp_path / "cache"),
                 downstream=["t"], controls=[], source=dict(rank=4, steps=1, lr=1e-3, batch=8,
                                                            seed=0),

@@ -30,6 +30,10 @@ Fields:
     of each setting run it (seeded choice; -1 all, 0 none).
   calibrate / include_ceiling / selection_rule: the method's options (``core.options``; METHOD's
     values here, the main job departs from them, ``experiments/configs/main.py`` says why).
+  residual_head_route: how a SigLIP / SigLIP2 target takes a closed-form edit: "head_edit"
+    (METHOD's deployable route, ``fc2.kernel += dK``, scored through the edited model) or
+    "embedding_operator" (the reference, ``W`` applied outside the model). Affine families fold
+    the operator into their last projection either way (``platonic_jax.core.routes``).
   random_draws: how random-UTD controls are seeded ("cell": by (target, task, source); "run":
     the main job's key chain, ``platonic_jax.study.Study``). workers: source fine-tunes at once.
   cache_dir: embeddings, sources and the operator bank ("" -> $PLATONIC_JAX_CACHE/experiments
@@ -118,6 +122,7 @@ def method_options(c: ml_collections.ConfigDict, **values) -> ml_collections.Con
   c.calibrate = values.pop("calibrate", False)
   c.include_ceiling = values.pop("include_ceiling", False)
   c.selection_rule = values.pop("selection_rule", "min")
+  c.residual_head_route = values.pop("residual_head_route", "head_edit")
   c.random_draws = values.pop("random_draws", "cell")
   c.workers = values.pop("workers", 1)
   if values:

@@ -72,6 +72,12 @@ Fields:
   random_draws: how random-UTD controls are seeded (``Study(random_draws=...)``): "run" splits
     ``jax.random.key(seed)`` in the order targets x tasks x sources (the main job's draws since
     it has had them), "cell" hashes each (target, task, source) (the suite's default).
+  residual_head_route: how the SigLIP target takes each closed-form edit
+    (``platonic_jax.core.routes``): "head_edit" (METHOD's deployable route: ``dK`` regressed on
+    the head's hidden features with its own label-free (rank, ridge), folded as
+    ``fc2.kernel += alpha dK``, scored through the edited model) or "embedding_operator" (the
+    reference: ``W`` applied to the embedding outside the model). The CLIP families fold the
+    operator into their last projection either way. Each closed-form record names its "route".
   same_architecture: the paper's "different models within one architecture" block. families:
     the world's families that enter only that block (``toy_world.SAME_ARCHITECTURE``'s twins:
     no cell of the other families, no consensus, no adapter draw and no random-UTD draw of
@@ -88,11 +94,12 @@ Fields:
     cells in the block per kind, a seeded draw of their own
     (``pipeline.choose_same_architecture_adapter_cells``), outside ``adapter.cells``.
   export_cells: cells whose edited target the job writes as a Hugging Face checkpoint under
-    WORKDIR/export/ (the closed form folded into the target's last affine layer, at the cell's
-    strength): "TARGET<-SOURCE:A+B" for an addition cell, "TARGET<-SOURCE:-T" for a negation
-    cell, e.g. ``--config.export_cells="('clip-a<-siglip-b:shape+color',)"``. Affine-head
-    targets only (CLIP families); a SigLIP target's closed form is the embedding operator, which
-    no checkpoint holds.
+    WORKDIR/export/ (the cell's closed-form edits at its strength, folded in through the
+    target's route: the last projection of a CLIP family, ``fc2`` of the SigLIP head):
+    "TARGET<-SOURCE:A+B" for an addition cell, "TARGET<-SOURCE:-T" for a negation cell, e.g.
+    ``--config.export_cells="('clip-a<-siglip-b:shape+color', 'siglip-d<-clip-a:-shape')"``.
+    A SigLIP target under residual_head_route="embedding_operator" has no checkpoint to write
+    (refused).
 """
 
 import ml_collections

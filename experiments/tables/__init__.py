@@ -20,6 +20,7 @@ restart).
 | seeds          | Table 17                      | experiments/configs/table17_seeds.py     |
 | analogy        | Table 19                      | experiments/configs/table19_analogy.py   |
 | distillation   | Table 23                      | experiments/configs/table23_distillation.py |
+| head_edit      | Table 24                      | experiments/configs/table24_head_edit.py |
 | scales         | Table 25                      | experiments/configs/table25_scales.py    |
 """
 
@@ -30,11 +31,12 @@ import json
 import os
 from typing import Any, Callable
 
-from experiments.tables import (addition, agreement, analogy, corollary, distillation, heldout,
-                                linearity, negation, rank_cap, scales, seeds, strength)
+from experiments.tables import (addition, agreement, analogy, corollary, distillation, head_edit,
+                                heldout, linearity, negation, rank_cap, scales, seeds, strength)
 
 EXPERIMENTS = {m.NAME: m for m in (addition, negation, heldout, linearity, corollary, agreement,
-                                   rank_cap, strength, seeds, analogy, distillation, scales)}
+                                   rank_cap, strength, seeds, analogy, distillation, head_edit,
+                                   scales)}
 RESULTS = "results.jsonl"
 SKIPPED = "skipped.json"  # {"task/split": [where each corrupt example left out lived]}
 

@@ -71,7 +71,7 @@ def compute(study, config, cell) -> dict:
                         adapter=adapter_kwargs(config) if cell["adapter"] else None)
   return {"alpha": alpha, "eval": evals, "controls": list(study.controls),
           "zero_shot": {t: study.zero_shot(tg, t) for t in evals}, "accuracy": acc,
-          "ceiling": {t: study.source(tg, t).ceiling for t in (a, b)}}
+          "ceiling": {t: study.source(tg, t).ceiling for t in (a, b)}, "route": study.route(tg)}
 
 
 def ratio(accuracy: float | None, ceiling: float | None) -> float | None:

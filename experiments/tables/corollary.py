@@ -29,7 +29,9 @@ def cells(study, config) -> list[dict]:
 def compute(study, config, cell) -> dict:
   from platonic_jax.core.analysis import corollary1
   tg, tasks, srcs = cell["target"], cell["tasks"], cell["sources"]
-  Ws = [study.operator(tg, t, s).W for t, s in zip(tasks, srcs)]
+  # Corollary 1 is stated for W (d, d) on the embedding: a residual-head target's embedding
+  # operator
+  Ws = [study.operator(tg, t, s, route=study.embedding_route(tg)).W for t, s in zip(tasks, srcs)]
   out = {"alpha": config.alpha}
   for l, t in enumerate(tasks):
     e = study.emb(tg, t)

@@ -31,7 +31,9 @@ def compute(study, config, cell) -> dict:
   import numpy as np
   from platonic_jax.core.analysis import linearity_check
   tg, t, srcs = cell["target"], cell["task"], cell["sources"]
-  op = study.operator(tg, t, srcs[0])
+  # Proposition 1 of the operator W (d, d) on the probes: a residual-head target's embedding
+  # operator (its head edit dK is linear in U the same way, through the same solve)
+  op = study.operator(tg, t, srcs[0], route=study.embedding_route(tg))
   e = study.emb(tg, t)
   Us = [np.asarray(study.descriptor(s, t, target=tg).only.U) for s in srcs]
   coefs = list(config.coefs)

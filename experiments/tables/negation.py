@@ -48,7 +48,8 @@ def compute(study, config, cell) -> dict:
         steps=ga.steps, lr=ga.lr, batch=ga.batch, rank=config.adapter.rank, seed=config.seed)
     acc["gradient_ascent"] = study.model_accuracy(model, tg, evals)
   return {"lambda": lam, "eval": evals, "controls": list(study.controls),
-          "zero_shot": {u: study.zero_shot(tg, u) for u in evals}, "accuracy": acc}
+          "zero_shot": {u: study.zero_shot(tg, u) for u in evals}, "accuracy": acc,
+          "route": study.route(tg)}
 
 
 def render(records) -> str:

@@ -29,7 +29,8 @@ def compute(study, config, cell) -> dict:
   C_ = study.task(cell["task"]).num_classes
   return {"classes": C_, "ranks": list(sel.ranks), "ridges": list(sel.ridges),
           "rank_errors": [float(x) for x in sel.rank_table()], "selected_rank": int(sel.rank),
-          "selected_ridge": float(sel.ridge), "dim": int(op.W.shape[0])}
+          "selected_ridge": float(sel.ridge), "dim": int(op.W.shape[1]),
+          "route": study.route(cell["target"])}
 
 
 def render(records) -> str:

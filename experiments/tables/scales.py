@@ -53,7 +53,7 @@ def compute(study, config, cell) -> dict:
   tg, tasks, srcs = cell["target"], cell["tasks"], cell["sources"]
   evals = list(tasks) + list(study.controls)
   ops = [study.operator(tg, t, s) for t, s in zip(tasks, srcs)]
-  base = {"controls": list(study.controls), "dim": int(ops[0].W.shape[0]),
+  base = {"controls": list(study.controls), "dim": int(ops[0].W.shape[1]),
           "zero_shot": {t: study.zero_shot(tg, t) for t in evals}}
   if cell["kind"] == "addition":
     return dict(base, alpha=config.alpha,

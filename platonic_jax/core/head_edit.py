@@ -37,7 +37,7 @@ import numpy as np
 from flax import nnx
 
 from platonic_jax.core.batches import bucketed
-from platonic_jax.core.descriptor import float_dtype
+from platonic_jax.core.descriptor import float_dtype, l2_normalize
 from platonic_jax.models.preprocess import NaflexInputs
 from platonic_jax.validate import check_finite, positive_float
 
@@ -204,6 +204,35 @@ def _head_terms(terms, shape: tuple[int, int], target_id: str | None):
   if not deltas:
     raise ValueError("no head-edit terms given")
   return deltas, strengths
+
+
+def edited_embeddings(Z, Hh, terms: Sequence[tuple[Any, float]], *,
+                      target_id: str | None = None) -> jax.Array:
+  """The normalised image embeddings of the model with the head edits folded in, from the
+  pre-trained model's features of the same images.
+
+  Args:
+    Z: `(n, d)` the pre-trained embeddings (any positive row scale).
+    Hh: `(n, m)` the head's row-scaled hidden features of the same images (`head_features`).
+    terms: `[(dK (m, d) or Operator holding one, strength), ...]`.
+    target_id: if given, every `Operator` term must have been solved for it.
+  Returns:
+    `normalise(zhat + Hh sum_l s_l dK_l)` `(n, d)` float32: the folded model's
+    `z' = z + h sum s dK` over `||z||`, normalised (`fold_head_edit`), the sum formed in float64.
+
+  Example::
+
+      Zp = edited_embeddings(Z, Hh, [(dK_a, 0.5), (dK_b, 0.5)])   # (n, d)
+  """
+  check_finite("Z", Z)
+  check_finite("Hh", Hh)
+  Z, H = jnp.asarray(Z, jnp.float32), jnp.asarray(Hh, jnp.float32)
+  if Z.ndim != 2 or H.ndim != 2 or H.shape[0] != Z.shape[0]:
+    raise ValueError(f"Z must be (n, d) and Hh (n, m) with the same n, got shapes "
+                     f"{tuple(Z.shape)} and {tuple(H.shape)}")
+  deltas, strengths = _head_terms(terms, (H.shape[1], Z.shape[1]), target_id)
+  dK = jnp.asarray(sum(s * d for s, d in zip(strengths, deltas)).astype(np.float32))
+  return l2_normalize(l2_normalize(Z) + jnp.matmul(H, dK, precision=_HI))
 
 
 def fold_head_edit(model, terms: Sequence[tuple[Any, float]], *,

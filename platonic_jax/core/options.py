@@ -12,7 +12,7 @@ METHOD's.
 | ``include_ceiling`` | False | the selection's rank grid also holds the ceiling ``min(C-1, d)`` (``core.select.default_ranks``) |
 | ``selection_rule`` | "min" | "1se": the one-standard-error rule (``core.select.choose``) |
 | ``adapter.keep`` | 0.0 | weight of the adapter's off-span penalty (``core.adapter``) |
-| ``residual_head_route`` | "head_edit" | "embedding_operator": residual-head targets (SigLIP, SigLIP2) are edited by the operator applied outside the model |
+| ``residual_head_route`` | "head_edit" | "embedding_operator": residual-head targets (SigLIP, SigLIP2) are edited by the operator applied outside the model (the reference; no checkpoint holds it) |
 
 An option a config does not set reads as ``defaults`` says (what the code does without it).
 """
@@ -31,16 +31,9 @@ METHOD = {
 }
 
 # What the code does where a config leaves an option out (the pipeline and the suite read
-# ``cfg.get(name, default)`` with these defaults; the residual-head route has no switch in the
-# runs yet: every closed-form cell on a SigLIP target applies the embedding operator, while
-# ``core.routes`` offers the head edit with its own selection for the engine to call).
-DEFAULTS = {
-    "calibrate": False,
-    "include_ceiling": False,
-    "selection_rule": "min",
-    "adapter.keep": 0.0,
-    "residual_head_route": "embedding_operator",
-}
+# ``cfg.get(name, default)`` with these defaults: METHOD's values; every closed-form cell on a
+# SigLIP target takes the head edit unless a config names the embedding operator).
+DEFAULTS = dict(METHOD)
 
 
 def _get(cfg: Mapping[str, Any], dotted: str, default):

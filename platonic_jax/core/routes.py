@@ -203,12 +203,4 @@ def edited_embeddings(Z, terms: Sequence[tuple[ClosedFormEdit, float]], *, Hh=No
   if Hh is None:
     raise ValueError("the head_edit route predicts embeddings from the head's features: "
                      "pass Hh (n, m) of the same images")
-  check_finite("Hh", Hh)
-  Hh = jnp.asarray(Hh)
-  if Hh.ndim != 2 or Hh.shape[0] != Z.shape[0]:
-    raise ValueError(f"Hh must be (n={Z.shape[0]}, m), got shape {tuple(Hh.shape)}")
-  dK = sum(s * jnp.asarray(op.W, jnp.float32) for op, s in ops)
-  if dK.shape[0] != Hh.shape[1] or dK.shape[1] != Z.shape[1]:
-    raise ValueError(f"the edit's dK is {tuple(dK.shape)}, Hh (n, {Hh.shape[1]}) and Z "
-                     f"(n, {Z.shape[1]}) need ({Hh.shape[1]}, {Z.shape[1]})")
-  return l2_normalize(l2_normalize(Z) + jnp.matmul(Hh, dK, precision="highest"))
+  return _head.edited_embeddings(Z, Hh, ops)

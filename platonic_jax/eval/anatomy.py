@@ -13,7 +13,7 @@ import itertools
 
 import numpy as np
 
-from platonic_jax.core import analysis
+from platonic_jax.core import analysis, head_edit
 from platonic_jax.core.operator import apply_operators
 from platonic_jax.eval import zeroshot
 
@@ -58,11 +58,17 @@ def _nanmean(rows) -> list[float]:
                                      np.nan)]
 
 
-def shift_parts(models, tasks, emb, ops, names, controls, zs, strengths) -> tuple[dict, dict]:
+def shift_parts(models, tasks, emb, ops, names, controls, zs, strengths,
+                head=None) -> tuple[dict, dict]:
   """Each operator's test-image shift, whole and split into class means and the within-class
   rest, applied alone at each strength: ``{setting: {kind: {part: {task, controls, energy}}}}``
   (means over targets, tasks and sources), and the whole operator's figures per task,
-  ``{setting: {task: {kind: {task, controls, energy}}}}``."""
+  ``{setting: {task: {kind: {task, controls, energy}}}}``.
+
+  head: {target: {task: Hh (N, m)}} for the targets whose ``ops`` are head edits ``dK (m, d)``
+  (``Study.head_features(...).test``): their shift of the normalised test embedding is
+  ``Hh dK`` (the edited model's ``z' / ||z|| - zhat``), where an operator's is ``zhat W``."""
+  head = head or {}
   acc, per_task = {}, {}
   for tg in models:
     pool = emb[tg][controls[0]].test
@@ -74,13 +80,17 @@ def shift_parts(models, tasks, emb, ops, names, controls, zs, strengths) -> tupl
       Z = np.asarray(emb[tg][t].test, np.float64)
       y, C = tasks[t].test[1], len(tasks[t].classnames)
       for s in models:
-        S = Z @ np.asarray(ops[(tg, t, s)].W, np.float64)
+        X = np.asarray(head[tg][t], np.float64) if tg in head else Z
+        S = X @ np.asarray(ops[(tg, t, s)].W, np.float64)
         means, within = analysis.class_mean_split(S, y, C)
         setting = "same_model" if s == tg else "cross_model"
         for part, shift in zip(PARTS, (S, means, within)):
           energy = float(np.mean(np.sum(shift ** 2, axis=1)))
           for kind, strength in strengths.items():
-            if part == "operator":  # exactly the main job's edit (its dtype and precision)
+            if part == "operator" and tg in head:  # exactly the main job's head edit
+              Zp = np.asarray(head_edit.edited_embeddings(emb[tg][t].test, head[tg][t],
+                                                          [(ops[(tg, t, s)], strength)]))
+            elif part == "operator":  # exactly the main job's edit (its dtype and precision)
               Zp = np.asarray(apply_operators(emb[tg][t].test, [(ops[(tg, t, s)], strength)]))
             else:
               Zp = Z + strength * shift

@@ -75,7 +75,8 @@ def pick_cell(selection, pick: str) -> tuple[int, float]:
   return int(selection.ranks[i]), float(selection.ridges[j])
 
 
-def repick(ops: Mapping[tuple, Operator], emb, descriptor: Callable, pick: str) -> dict:
+def repick(ops: Mapping[tuple, Operator], emb, descriptor: Callable, pick: str,
+           solve: Callable | None = None) -> dict:
   """{(target, task, source): Operator} re-solved at ``pick``'s (rank, ridge) from each
   operator's own selection table. Operators that ``pick`` leaves where they are are reused;
   re-solved ones carry no ``selection`` (the table's chosen pair would not be theirs).
@@ -85,6 +86,9 @@ def repick(ops: Mapping[tuple, Operator], emb, descriptor: Callable, pick: str) 
     emb: {model: {task: TaskEmbeddings}} (the probes and class embeddings solved against).
     descriptor: ``(target, task, source) -> Descriptor``, the one each operator solved
       (``Study.descriptor(source, task, target=target)``).
+    solve: ``(target, task, source, rank, ridge) -> Operator`` through the operators' own
+      route (``Study.solve_at``); default: ``Operator.solve`` in embedding space (``W (d, d)``
+      on the probes, the "fold" and "embedding_operator" routes).
   """
   out = {}
   for (tg, t, s), op in ops.items():
@@ -96,6 +100,9 @@ def repick(ops: Mapping[tuple, Operator], emb, descriptor: Callable, pick: str) 
     if (rank, ridge) == (op.rank, op.ridge):
       out[(tg, t, s)] = op
       continue
+    if solve is not None:
+      out[(tg, t, s)] = solve(tg, t, s, rank, ridge)
+      continue
     e = emb[tg][t]
     out[(tg, t, s)] = Operator.solve(e.probes, e.G, descriptor(tg, t, s), target_id=op.target_id,
                                      rank=rank, ridge=ridge, source=op.source)
@@ -104,7 +111,7 @@ def repick(ops: Mapping[tuple, Operator], emb, descriptor: Callable, pick: str) 
 
 def frontier(models: Sequence[str], tasks, emb, ops, names: Sequence[str],
              controls: Sequence[str], zs, alpha: float, lam: float,
-             multipliers: Sequence[float]) -> dict:
+             multipliers: Sequence[float], score: Callable | None = None) -> dict:
   """Mean changes from zero-shot (points) of the addition cells (every target, task pair and
   source, both terms at ``m * alpha``) and the negation cells (every target, task and source, at
   ``-m * lam``) for each multiplier ``m``:
@@ -114,8 +121,12 @@ def frontier(models: Sequence[str], tasks, emb, ops, names: Sequence[str],
 
   "consensus" holds the cells of the ``CONSENSUS`` operators, where ``ops`` has them. At ``m = 1``
   with the main job's operators these are its closed-form rows (cross model), its oracle rows
-  (same model) and its consensus rows.
+  (same model) and its consensus rows. ``score(target, eval_tasks, terms) -> {task: accuracy}``
+  scores an edit through its route (``Study.closed_form_accuracy``); default: in embedding
+  space from ``emb`` (``W (d, d)`` operators only).
   """
+  if score is None:
+    score = lambda tg, evals, terms: closed_form_accs(emb[tg], tasks, evals, terms)
   have = {(tg, t, CONSENSUS) in ops for tg in models for t in names}
   if len(have) > 1:
     raise ValueError("consensus operators are missing for some (target, task) pairs: evaluate "
@@ -125,18 +136,17 @@ def frontier(models: Sequence[str], tasks, emb, ops, names: Sequence[str],
   for m in check_multipliers(multipliers):
     rows = {}
     for tg in models:
-      e = emb[tg]
       for s in sources:
         setting = ("consensus" if s == CONSENSUS else
                    "same_model" if s == tg else "cross_model")
         for a, b in itertools.combinations(names, 2):
-          acc = closed_form_accs(e, tasks, (a, b) + tuple(controls),
-                                 [(ops[(tg, a, s)], m * alpha), (ops[(tg, b, s)], m * alpha)])
+          acc = score(tg, (a, b) + tuple(controls),
+                      [(ops[(tg, a, s)], m * alpha), (ops[(tg, b, s)], m * alpha)])
           rows.setdefault(("addition", setting), []).append(
               (np.mean([acc[x] - zs[tg][x] for x in (a, b)]),
                np.mean([acc[c] - zs[tg][c] for c in controls])))
         for t in names:
-          acc = closed_form_accs(e, tasks, (t,) + tuple(controls), [(ops[(tg, t, s)], -m * lam)])
+          acc = score(tg, (t,) + tuple(controls), [(ops[(tg, t, s)], -m * lam)])
           rows.setdefault(("negation", setting), []).append(
               (acc[t] - zs[tg][t], np.mean([acc[c] - zs[tg][c] for c in controls])))
     block = {}

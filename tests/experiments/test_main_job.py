@@ -47,7 +47,10 @@ MAIN_REFUSALS = [
     ("--config.export_cells=('clip-a<-clip-z:-shape',)", "family 'clip-z' is not in this run"),
     ("--config.export_cells=('clip-a<-clip-a:shape+shape',)", "tasks must be distinct"),
     ("--config.export_cells=('clip-a<-clip-a:-fill',)", "tasks must be distinct downstream"),
-    ("--config.export_cells=('siglip-b<-clip-a:-shape',)", "residual-head family"),
+    (("--config.residual_head_route=embedding_operator",
+      "--config.export_cells=('siglip-b<-clip-a:-shape',)"),
+     "residual_head_route is 'embedding_operator', which acts outside the model"),
+    ("--config.residual_head_route=weights", "residual_head_route must be one of"),
     ("--config.export_cells=('clip-a<-clip-a:-shape', 'clip-a<-clip-a:-shape')",
      "repeated export cells"),
     ("--config.export_cells=('clip-a2<-clip-a2:-shape',)", "family 'clip-a2' is not in this run"),
@@ -97,7 +100,8 @@ def refused(tmp_path_factory):
                                         for o, _ in FRONTIER_REFUSALS],
       "experiments.transfer_anatomy": [(o, [micro, o, "--workdir={case}/w"])
                                        for o, _ in ANATOMY_REFUSALS],
-      "experiments.main": [(o, [micro, o, "--workdir={case}/w"]) for o, _ in MAIN_REFUSALS] + [
+      "experiments.main": [(o, [micro, *(o if isinstance(o, tuple) else (o,)),
+                                "--workdir={case}/w"]) for o, _ in MAIN_REFUSALS] + [
           (("unwritable", c), [f"--config=experiments/configs/{c}",
                                "--workdir={case}/notes.txt/work"]) for c in UNWRITABLE],
   }
@@ -107,7 +111,7 @@ def refused(tmp_path_factory):
     if module not in done:
       cases = batches[module]
       for i, (k, _) in enumerate(cases):  # the unwritable workdirs lie under a regular file
-        if isinstance(k, tuple):
+        if isinstance(k, tuple) and k[0] == "unwritable":
           d = os.path.join(root, module, str(i))
           os.makedirs(d)
           with open(os.path.join(d, "notes.txt"), "w") as f:
@@ -186,6 +190,12 @@ def test_records_are_consistent(run):
     for t, acc in r["accuracy"].items():
       assert 0.0 <= acc <= 100.0
       assert abs(r["delta"][t] - (acc - s["zero_shot"][r["target"]][t])) < 1e-2
+    # each closed-form record names its route: the SigLIP target's is the head edit (METHOD's,
+    # the default), the CLIP target's the fold; trained models (adapter, weight-space) have none
+    if r["method"] in ("closed_form", "consensus", "oracle", "random_utd"):
+      assert r["route"] == ("head_edit" if r["target"] == "siglip-b" else "fold"), r
+    else:
+      assert "route" not in r, r
   # one consensus cell per (target, task pair) and per (target, task), read as cross-model
   targets = set(s["zero_shot"]) - {"clip-a2"}  # the twin enters the same-architecture cells only
   for kind, n in (("addition", 3), ("negation", 3)):  # micro: 3 task pairs, 3 tasks
@@ -286,8 +296,10 @@ def run_1se(tmp_path_factory, run, cache):
                          + repr(EXPORTS))
 
 
-# Two cells of the 1se run whose edited targets the job writes as Hugging Face checkpoints.
-EXPORTS = ("clip-a<-siglip-b:shape+color", "clip-a<-clip-a:-position")
+# Cells of the 1se run whose edited targets the job writes as Hugging Face checkpoints: a CLIP
+# target (the operator folded into its projection) and a SigLIP one (the head edit in fc2).
+EXPORTS = ("clip-a<-siglip-b:shape+color", "clip-a<-clip-a:-position",
+           "siglip-b<-clip-a:shape+position")
 
 
 def test_one_standard_error_rule_picks_smaller_operators(run, run_1se):
@@ -583,7 +595,7 @@ def test_summary_names_every_departure_from_method(run, run_1se):
             "adapter.keep": 0.0, "residual_head_route": "head_edit"}
   used = {"calibrate": cfg.calibrate, "include_ceiling": cfg.include_ceiling,
           "selection_rule": cfg.selection_rule, "adapter.keep": cfg.adapter.keep,
-          "residual_head_route": "embedding_operator"}  # no run uses the head edit yet
+          "residual_head_route": "head_edit"}
   for work, rule in ((run[0], "min"), (run_1se[0], "1se")):
     block = json.load(open(os.path.join(work, "summary.json")))["method"]
     used["selection_rule"] = rule
@@ -598,14 +610,17 @@ def test_method_block_refuses_unknown_options():
   from platonic_jax.core import options
   with pytest.raises(ValueError, match=r"unknown method options \['route'\]"):
     options.method_block({}, fixed={"route": "x"})
-  assert options.method_block({})["departures"] == ["residual_head_route"]
+  assert options.method_block({})["departures"] == []
+  assert options.method_block({"residual_head_route": "embedding_operator"})["departures"] == [
+      "residual_head_route"]
 
 
 def test_exported_cells_load_in_transformers_and_score_as_the_cells(run_1se, cache):
-  """Each exported cell is a CLIP checkpoint that transformers' CLIPModel loads; its image
-  features, scored with the target's own head, give the accuracies the job recorded for the
-  closed-form cell in embedding space (predictions agree but for at most one near-tie test
-  image per task: the fold is exact, the two runtimes round differently)."""
+  """Each exported cell is a checkpoint that transformers loads (CLIPModel for a CLIP target,
+  SiglipModel for the SigLIP one, whose head edit lives in fc2); its image features, scored
+  with the target's own head, give the accuracies the job recorded for the closed-form cell
+  through its route (predictions agree but for at most one near-tie test image per task: the
+  fold is exact, the two runtimes round differently)."""
   import torch
   import transformers
   from experiments.configs import main as main_config
@@ -624,9 +639,12 @@ def test_exported_cells_load_in_transformers_and_score_as_the_cells(run_1se, cac
   for spec, rel in summary["exports"].items():
     kind, tg, s, cell_tasks = pipeline.parse_cell(spec)
     path = os.path.join(work, rel)
-    hf = transformers.CLIPModel.from_pretrained(path).eval()
+    siglip = tg.startswith("siglip")
+    hf = (transformers.SiglipModel if siglip else transformers.CLIPModel).from_pretrained(
+        path).eval()
     (rec,) = [r for r in recs if r["method"] == "closed_form" and r["kind"] == kind
               and r["target"] == tg and r["sources"][0] == s and tuple(r["tasks"]) == cell_tasks]
+    assert rec["route"] == ("head_edit" if siglip else "fold")
     G_model = pj.load_model(path)
     for t, acc in rec["accuracy"].items():
       task = world.tasks[t]

@@ -29,6 +29,7 @@ CONFIGS = [  # (config file, experiment, a title its tables.md carries)
     ("table25_scales", "scales", "Table 25"),
     ("table19_analogy", "analogy", "Table 19"),
     ("table23_distillation", "distillation", "Table 23"),
+    ("table24_head_edit", "head_edit", "Table 24"),
 ]
 # Configs whose every source and operator the addition sweep already made.
 REUSE = {"negation", "rank_cap", "linearity", "corollary", "agreement", "strength"}
@@ -64,13 +65,15 @@ def test_config_runs_end_to_end(name, experiment, title, micro, suite_dir):
   saved = json.load(open(os.path.join(work, "config.json")))
   assert saved["config"]["experiment"] == experiment
   # the suite's studies solve METHOD's descriptors with METHOD's selection; the adapter's keep
-  # is the config's; SigLIP targets take the embedding operator
+  # is the config's; SigLIP targets take the head edit (METHOD's route)
   method = saved["method"]
   keep = float(config.adapter.keep) if "adapter" in config else 0.0
   assert method["calibrate"]["value"] is False and method["selection_rule"]["value"] == "min"
   assert method["adapter.keep"]["value"] == keep
-  assert method["departures"] == sorted(["residual_head_route"] + (["adapter.keep"] if keep else []))
-  assert "**Departures from METHOD**: residual_head_route = 'embedding_operator'" in md
+  assert method["residual_head_route"] == {"value": "head_edit", "method": "head_edit",
+                                           "is_method": True}
+  assert method["departures"] == (["adapter.keep"] if keep else [])
+  assert ("**Departures from METHOD**: " + ("adapter.keep" if keep else "none")) in md
   # A rerun finds every cell finished: nothing computed, nothing embedded, the same records.
   again = tables.run(config, work, log=_quiet, world=world)
   assert again.computed == [] and again.records == out.records
@@ -112,6 +115,32 @@ def test_method_identities_hold_on_the_micro_world():
     for t in r["cell"]["tasks"]:
       m = r["metrics"][t]
       assert m["observed"] <= m["bound"] + 1e-12 and m["n"] > 0
+
+
+def test_head_edit_table_reads_both_routes_on_the_same_cells():
+  """Table 24 on the micro world: the SigLIP family is the one target; each addition cell
+  scores the head edit, the embedding operator and the oracle on both tasks and the controls,
+  Random-UTD on task A and the controls only; each negation cell both routes at each lambda;
+  each route's terms carry their own label-free selection."""
+  _, recs = _run("head_edit")
+  assert {r["cell"]["target"] for r in recs} == {"siglip-b"}
+  assert {r["cell"]["kind"] for r in recs} == {"addition", "negation"}
+  for r in recs:
+    m, tasks = r["metrics"], r["cell"]["tasks"]
+    assert "siglip-b" not in r["cell"]["sources"]
+    full = set(tasks) | set(m["controls"])
+    if r["cell"]["kind"] == "addition":
+      for method in ("head_edit", "embedding_operator", "oracle"):
+        assert set(m["accuracy"][method]) == full
+      assert set(m["accuracy"]["random_utd"]) == {tasks[0]} | set(m["controls"])
+    else:
+      assert sorted(m["accuracy"]) == ["0.5", "1"]
+      for by_route in m["accuracy"].values():
+        assert set(by_route) == {"head_edit", "embedding_operator"}
+        assert all(set(v) == full for v in by_route.values())
+    for route in ("head_edit", "embedding_operator"):
+      assert len(m["selection"][route]) == len(tasks)
+      assert all(v["rank"] >= 1 and v["error"] > 0 for v in m["selection"][route])
 
 
 def test_killed_sweep_resumes_with_only_the_missing_cells(micro, tmp_path, monkeypatch):
@@ -203,6 +232,9 @@ class _ZeroCeilingStudy:
 
   def operator(self, target, t, spec):
     return (target, t, spec)
+
+  def route(self, target):
+    return "fold"
 
   def closed_form_accuracy(self, target, tasks, terms):
     return {t: 0.0 if t == "t1" else 60.0 for t in tasks}

@@ -126,11 +126,27 @@ def split_content(split) -> list:
 BATCH = 512
 
 
+def is_audio_model(model) -> bool:
+  """A CLAP model (``input_kind`` "audio"): its inputs are audio features, not pixels."""
+  return getattr(model.module, "input_kind", "image") == "audio"
+
+
+def embed_inputs(model, inputs, batch_size: int = BATCH) -> np.ndarray:
+  """Normalised embeddings (n, d) of a model's preprocessed inputs: pixels (n, 3, H, W) or
+  ``NaflexInputs`` through the vision tower (``embed.embed_images``), or for a CLAP model audio
+  features (n, 1, T, F), e.g. the audio world's task inputs, through the audio tower
+  (``embed.embed_audio_features``)."""
+  from platonic_jax import embed as embed_lib
+  if is_audio_model(model):
+    return embed_lib.embed_audio_features(model, inputs, batch_size=batch_size, progress=False)
+  return embed_lib.embed_images(model, inputs, batch_size=batch_size, progress=False)
+
+
 def embed_unique(model, arrays: Sequence[Any]) -> list[np.ndarray]:
   """Normalised embeddings of each image array (n_i, 3, H, W) (or ``NaflexInputs`` of n_i
-  images, for a SigLIP2 NaFlex model); arrays shared between tasks (the same object) are
-  embedded once, and all distinct ones in a single run."""
-  from platonic_jax import embed as embed_lib
+  images, for a SigLIP2 NaFlex model; audio features (n_i, 1, T, F) for a CLAP model,
+  ``embed_inputs``); arrays shared between tasks (the same object) are embedded once, and all
+  distinct ones in a single run."""
   distinct = {}
   for a in arrays:
     distinct.setdefault(id(a), a)
@@ -140,7 +156,7 @@ def embed_unique(model, arrays: Sequence[Any]) -> list[np.ndarray]:
     joined = NaflexInputs.concatenate(parts)  # TypeError naming a part that is not
   else:
     joined = np.concatenate(parts)
-  Z = embed_lib.embed_images(model, joined, batch_size=BATCH, progress=False)
+  Z = embed_inputs(model, joined)
   out, start = {}, 0
   for k in keys:
     out[k] = Z[start:start + len(distinct[k])]

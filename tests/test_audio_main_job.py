@@ -165,3 +165,86 @@ def test_exported_cells_load_in_transformers_and_score_as_the_cells(run, world):
       assert abs(got - acc) <= 100.0 / len(task.test[1]) + 1e-9, (spec, t, got, acc)
     # the fold changed the audio embedding: the edited model is not the target
     assert pj.load_model(path).fingerprint() != target.fingerprint()
+
+
+# ---- real audio tasks (ESC-50, GTZAN, UrbanSound8K) through the same study ---------------------
+
+def _wav(x, rate):
+  import io
+  import wave
+  buf = io.BytesIO()
+  with wave.open(buf, "wb") as w:
+    w.setnchannels(1)
+    w.setsampwidth(2)
+    w.setframerate(rate)
+    w.writeframes(np.round(x * 32767).astype("<i2").tobytes())
+  return buf.getvalue()
+
+
+def _prompt_tokenizer(model, spec, ckpt):
+  """A word tokenizer over the task's prompt words (within the micro tower's vocabulary), saved
+  into the checkpoint directory ``ckpt`` (the world's own tokenizer knows its captions' words)."""
+  import re
+  from platonic_jax.data.tokenizer import word_tokenizer
+  words = []
+  for text in spec.classnames + spec.templates:
+    words += [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in words]
+  assert len(words) + 4 <= model.config["text_config"]["vocab_size"]
+  word_tokenizer(words, max_length=model.max_text_length).save_pretrained(ckpt)
+
+
+def _audio_study(tmp_path, models, tasks=("gtzan",)):
+  from experiments.configs import table2_negation
+  from platonic_jax import study as study_lib
+  config = table2_negation.get_config("audio")
+  config.data.models = models
+  config.data.root = str(tmp_path / "data")
+  config.data.tasks = tasks
+  config.data.controls = ()
+  config.data.n_probes = 10
+  config.cache_dir = str(tmp_path / "experiments")
+  return study_lib.from_config(config, log=lambda s: None)
+
+
+def test_real_audio_tasks_embed_through_each_models_extractor(world, tmp_path):
+  """A GTZAN folder of wav clips at 16 kHz (the fixture writes it) read by the suite's real-data
+  path with a CLAP checkpoint (the micro family's export): every clip resampled to the model's
+  8 kHz extractor and embedded by its audio tower, as ``pj.embed_audio`` embeds the resampled
+  clips; the zero-shot heads come from the registry's prompts."""
+  import platonic_jax as pj
+  from platonic_jax.data import loaders, registry
+  _, built = world
+  ckpt = pj.export_hf(built.models["clap-a"], str(tmp_path / "clap-a"))
+  spec = registry.get_task("gtzan")
+  _prompt_tokenizer(built.models["clap-a"], spec, ckpt)
+  rng = np.random.default_rng(0)
+  waves = {}
+  for split, per_class in (("train", 1), ("test", 2)):
+    for c in spec.classnames:
+      d = tmp_path / "data" / "gtzan" / split / c
+      d.mkdir(parents=True)
+      for k in range(per_class):
+        n = int(rng.integers(8000, 16000))  # 0.5 - 1 s: repeat-padded, never cropped
+        x = (0.4 * np.sin(np.arange(n) * rng.uniform(0.02, 0.3))).astype(np.float32)
+        (d / f"{k}.wav").write_bytes(_wav(x, 16000))
+        waves[(split, c, k)] = x
+  study = _audio_study(tmp_path, {"clap-a": ckpt})
+  e = study.emb("clap-a", "gtzan")
+  test = [loaders.resample(waves[("test", c, k)], 16000, 8000)
+          for c in spec.classnames for k in range(2)]
+  want = pj.embed_audio(study.model("clap-a"), test, 8000)
+  np.testing.assert_allclose(e.test, want, atol=1e-5, rtol=0)
+  assert e.probes.shape == (10, want.shape[1]) and e.G.shape == (10, want.shape[1])
+  np.testing.assert_allclose(e.G, pj.class_embeddings(study.model("clap-a"),
+                                                      list(spec.classnames),
+                                                      list(spec.templates)), atol=1e-6)
+  assert 0.0 <= study.zero_shot("clap-a", "gtzan") <= 100.0
+
+
+def test_real_tasks_of_another_modality_than_a_model_are_refused(world, tmp_path):
+  import platonic_jax as pj
+  _, built = world
+  ckpt = pj.export_hf(built.models["clap-b"], str(tmp_path / "clap-b"))
+  with pytest.raises(ValueError, match="task 'cifar100' is an image task but model 'clap-b' "
+                                       "takes audio"):
+    _audio_study(tmp_path, {"clap-b": ckpt}, tasks=("cifar100",))

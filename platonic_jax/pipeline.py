@@ -212,7 +212,8 @@ def _audio_row(name: str, rs: Sequence[dict], cols, zero: bool = False) -> str:
   return f"{name:<26s}" + "".join(f"{v:>17s}" for v in vals) + f"{len(rs):7d}"
 
 
-def format_audio_tables(records: Sequence[dict], controls: Sequence[str]) -> str:
+def format_audio_tables(records: Sequence[dict], controls: Sequence[str], *,
+                        alpha: float = 0.5, negation_lambda: float = 1.0) -> str:
   """The paper's audio-text tables on the audio job's records (``audio_cells``).
 
   Table 4 (negation): columns the removed task, the retained task(s) and the controls; a block
@@ -231,12 +232,13 @@ def format_audio_tables(records: Sequence[dict], controls: Sequence[str]) -> str
   ctrl = [(lambda r, c=c: [c]) for c in controls]
   lines = []
   for kind, title, heads, cols, order in (
-      ("negation", "Table 4: audio-text negation at lambda = negation_lambda",
+      ("negation", f"Table 4: audio-text negation at lambda = {negation_lambda:g}",
        ["Removed", "Retained"], [lambda r: r["tasks"][:1], lambda r: r.get("retained_tasks")
                                  or r["tasks"][:1]],
        ("closed_form", "consensus", "adapter", "weight_space", "oracle", "random_utd")),
-      ("addition", "Table 26: audio-text addition (closed form at alpha, adapter at full "
-       "strength)", ["Task A", "Task B"], [lambda r: r["tasks"][:1], lambda r: r["tasks"][1:2]],
+      ("addition", f"Table 26: audio-text addition (closed form at alpha = {alpha:g}, adapter "
+       "at full strength)", next(([f"{t} (A)" for t in r["tasks"]] for r in records
+                                   if r["kind"] == "addition"), ["Task A", "Task B"]), [lambda r: r["tasks"][:1], lambda r: r["tasks"][1:2]],
        ("random_utd", "closed_form", "consensus", "oracle", "weight_space", "adapter"))):
     lines += ["", title + "; accuracy % (change in points from the zero-shot of the row's own "
               "cells)"]
@@ -260,7 +262,8 @@ def format_audio_tables(records: Sequence[dict], controls: Sequence[str]) -> str
            and r["method"] == "closed_form"]
   if cross:
     tasks = cross[0]["tasks"]
-    lines += ["", f"Table 27: audio addition per cross-model cell, closed form at alpha; "
+    lines += ["", f"Table 27: audio addition per cross-model cell, closed form at alpha = "
+              f"{alpha:g}; "
               f"{' / '.join(list(tasks) + list(controls))} accuracy % (zero-shot)",
               f"{'Source (' + tasks[0] + ')':<18s}{'Source (' + tasks[1] + ')':<18s}"
               f"{'Target':<10s}Ours"]
@@ -643,7 +646,9 @@ def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
   if audio:
     summary["negation_retained"] = retained_summary(records)
     summary["distinct_sources"] = distinct
-  tables = (format_audio_tables if audio else format_tables)(records, controls)
+  tables = (format_audio_tables(records, controls, alpha=cfg.alpha,
+                                negation_lambda=cfg.negation_lambda) if audio
+            else format_tables(records, controls))
   write_outputs(workdir, records, summary, curve, tables)
   log(tables)
   return summary

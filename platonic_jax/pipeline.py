@@ -237,8 +237,9 @@ def format_audio_tables(records: Sequence[dict], controls: Sequence[str], *,
                                  or r["tasks"][:1]],
        ("closed_form", "consensus", "adapter", "weight_space", "oracle", "random_utd")),
       ("addition", f"Table 26: audio-text addition (closed form at alpha = {alpha:g}, adapter "
-       "at full strength)", next((list(r["tasks"]) for r in records
-                                   if r["kind"] == "addition"), ["Task A", "Task B"]), [lambda r: r["tasks"][:1], lambda r: r["tasks"][1:2]],
+       "at full strength)",
+       next((list(r["tasks"]) for r in records if r["kind"] == "addition"), ["Task A", "Task B"]),
+       [lambda r: r["tasks"][:1], lambda r: r["tasks"][1:2]],
        ("random_utd", "closed_form", "consensus", "oracle", "weight_space", "adapter"))):
     lines += ["", title + "; accuracy % (change in points from the zero-shot of the row's own "
               "cells)"]

@@ -852,7 +852,15 @@ def _real_data(config, task_names: Sequence[str], log) -> tuple[dict, dict]:
   models = {}
   for name, ident in data.models.items():
     log(f"  loading {name} from {ident}")
-    models[name] = dataclasses.replace(load_model(ident), name=name)
+    model = load_model(ident)
+    files = dict(model.files)
+    if is_audio_model(model):  # its feature extractor, found by name no longer once renamed
+      from platonic_jax.convert import checkpoint
+      from platonic_jax.models.audio_features import PREPROCESSOR_CONFIG
+      path = os.path.join(checkpoint.resolve(ident), PREPROCESSOR_CONFIG)
+      if os.path.isfile(path):
+        files.setdefault(PREPROCESSOR_CONFIG, path)
+    models[name] = dataclasses.replace(model, name=name, files=files)
   tasks = {}
   for t in dict.fromkeys(task_names):
     spec = registry.get_task(t)

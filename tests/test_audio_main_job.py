@@ -227,7 +227,8 @@ def test_real_audio_tasks_embed_through_each_models_extractor(world, tmp_path):
         n = int(rng.integers(8000, 16000))  # 0.5 - 1 s: repeat-padded, never cropped
         x = (0.4 * np.sin(np.arange(n) * rng.uniform(0.02, 0.3))).astype(np.float32)
         (d / f"{k}.wav").write_bytes(_wav(x, 16000))
-        waves[(split, c, k)] = x
+        waves[(split, c, k)], rate = loaders.decode_audio(str(d / f"{k}.wav"), "fixture")
+        assert rate == 16000 and np.abs(waves[(split, c, k)] - x).max() < 1e-4
   study = _audio_study(tmp_path, {"clap-a": ckpt})
   e = study.emb("clap-a", "gtzan")
   test = [loaders.resample(waves[("test", c, k)], 16000, 8000)

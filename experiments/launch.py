@@ -83,13 +83,12 @@ def configure(cfg, who: str | None = None) -> list[str]:
   world and the source fine-tunes.
   """
   from platonic_jax import pipeline
-  from platonic_jax.data.toyworld import DOWNSTREAM
 
   from experiments.configs.common import check_name_lists
   if who is not None and cfg.get("experiment", "main") != "main":
     raise ValueError(f"{who} takes the main job's config (experiments/configs/main.py)")
   check_name_lists(cfg)
-  names = pipeline.check_config(cfg, DOWNSTREAM)
+  names = pipeline.check_config(cfg, world_package(cfg).DOWNSTREAM)
   with cfg.unlocked():
     cfg.data.world.seed = cfg.seed
     cfg.source.seed = cfg.seed
@@ -114,10 +113,26 @@ def use_compilation_cache(cfg) -> None:
   study.use_compilation_cache(study.experiment_cache_dir(cfg))
 
 
+def world_package(cfg):
+  """The package that builds ``cfg.data.world``: ``platonic_jax.data.audioworld`` for a world config
+  of ``modality`` "audio" (``experiments/configs/audio_world.py``), else the toy world's
+  ``platonic_jax.data.toyworld``. Both give ``build_world``, ``DOWNSTREAM`` and
+  ``world.is_cached``."""
+  modality = cfg.data.world.get("modality", "image")
+  if modality == "audio":
+    from platonic_jax.data import audioworld
+    return audioworld
+  if modality != "image":
+    raise ValueError(f"config.data.world.modality must be 'image' or 'audio', got {modality!r}")
+  from platonic_jax.data import toyworld
+  return toyworld
+
+
 def build_world(cfg, log: Callable[[str], None] | None = None):
-  """The config's toy world (pretrained, or loaded from the cache), restricted to
-  ``cfg.data.families`` when it names some; ``log`` gets its progress lines, indented."""
-  from platonic_jax.data.toyworld import build_world as build
+  """The config's world (pretrained, or loaded from the cache; the toy world, or the audio
+  world for an audio config: ``world_package``), restricted to ``cfg.data.families`` when it
+  names some; ``log`` gets its progress lines, indented."""
+  build = world_package(cfg).build_world
 
   return build(cfg.data.world, log=None if log is None else (lambda s: log("  " + s)),
                families=tuple(cfg.data.families) or None)

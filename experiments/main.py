@@ -2,6 +2,7 @@
 
     python -m experiments.main --workdir=/tmp/pj_main
     python -m experiments.main --config=experiments/configs/main.py:micro --workdir=/tmp/pj_micro
+    python -m experiments.main --config=experiments/configs/main.py:audio --workdir=/tmp/pj_audio
 
 The config is the suite's schema (``experiments/configs/common.py``) with ``experiment`` "main";
 a config of another experiment (``experiments/configs/table*.py``) runs that paper table's
@@ -12,7 +13,10 @@ resumable sweep instead (``experiments.suite``: ``experiments.tables`` runs it,
 
 Writes WORKDIR/results.jsonl (one record per cell and method), WORKDIR/summary.json,
 WORKDIR/tables.txt (the paper's Table 1 and Table 2 layouts, also printed) and
-WORKDIR/negation.png, and ends by listing them. The main job is one experiment of the engine
+WORKDIR/negation.png, and ends by listing them. An audio config (``main.py:audio``,
+``main.py:audio_micro``: a world of ``modality`` "audio") runs the same engine on the audio
+world's CLAP families (``platonic_jax.data.audioworld``) and writes the paper's audio-text
+Table 4, 26 and 27 layouts instead. The main job is one experiment of the engine
 (``platonic_jax.pipeline`` on ``platonic_jax.study``): embeddings, source fine-tunes and
 operators are cached under the engine's cache (``--config.cache_dir``), and each finished cell
 is a record of WORKDIR/cells.jsonl, so a killed run resumes where it stopped when rerun with the
@@ -44,7 +48,6 @@ launch.define_distributed_flags()
 def main(argv):
   del argv
   from platonic_jax import pipeline
-  from platonic_jax.data.toyworld.world import is_cached
 
   logging.set_verbosity(logging.WARNING)  # keep Orbax's per-checkpoint info lines out
   launch.set_progress(_PROGRESS.value)
@@ -56,6 +59,7 @@ def main(argv):
     suite.main(config, _WORKDIR.value if flags.FLAGS["workdir"].present else None, log)
     return
   launch.configure(config)  # refuse a bad config before building anything; seed it
+  is_cached = launch.world_package(config).world.is_cached
   launch.check_workdir(_WORKDIR.value)
   launch.use_compilation_cache(config)
   subset = tuple(config.data.families) or None
@@ -67,14 +71,16 @@ def main(argv):
     malloc_env.reexec_with_tunables("experiments.main", sys.argv[1:])
   # After the re-exec (a re-executed process joins the others once), before any device is used.
   launch.start_distributed()
-  log(f"[0/5] toy world '{config.data.world.variant}' seed {config.seed}: pretraining or cache")
+  kind = "audio world" if pipeline.is_audio(config) else "toy world"
+  log(f"[0/5] {kind} '{config.data.world.variant}' seed {config.seed}: pretraining or cache")
   world = launch.build_world(config, log)
   if pipeline.run(world, config, _WORKDIR.value, log=log) is None:
     return  # another process of the program wrote the outputs
   print(launch.where(_WORKDIR.value, [
       ("results", "results.jsonl", "one record per cell and method"),
       ("summary", "summary.json", "mean changes per setting and method, selection, ceilings"),
-      ("tables", pipeline.TABLES, "Table 1 and Table 2 layouts, printed above"),
+      ("tables", pipeline.TABLES, "Table 4 and Table 26 layouts (audio), printed above"
+       if pipeline.is_audio(config) else "Table 1 and Table 2 layouts, printed above"),
       ("figures", "negation.png", "Figure 2: cross-model negation against its strength")]))
 
 

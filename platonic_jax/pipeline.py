@@ -125,16 +125,19 @@ def choose_same_architecture_adapter_cells(pairs: Sequence[tuple[str, str]],
 
 
 def compute_cell(study, cfg, controls: Sequence[str], cell: dict, log=print) -> dict:
-  """{"records": [one per method]} of a main-job cell (``cells``, ``same_architecture_cells``),
-  on the engine's ``cell_accuracies`` (a same-architecture cell: its sibling
+  """{"records": [one per method]} of a main-job cell (``cells``, ``same_architecture_cells``,
+  ``audio_cells``), on the engine's ``cell_accuracies`` (a same-architecture cell: its sibling
   ``same_architecture_accuracies``; the consensus cell: its operators through the closed
   form)."""
-  kind, tg, ts, s = cell["kind"], cell["target"], tuple(cell["tasks"]), cell["source"]
+  kind, tg, ts = cell["kind"], cell["target"], tuple(cell["tasks"])
+  # a cell of ``audio_cells`` names one source per term and the tasks it retains
+  srcs = tuple(cell["sources"]) if "sources" in cell else (cell["source"],) * len(ts)
+  s = "+".join(dict.fromkeys(srcs))
+  retained = tuple(cell.get("retained", ()))
   role = "composed" if kind == "addition" else "removed"
   strength = cfg.alpha if kind == "addition" else -cfg.negation_lambda
-  evals = ts + tuple(controls)
+  evals = ts + retained + tuple(controls)
   zs = {t: study.zero_shot(tg, t) for t in evals}
-  srcs = (s,) * len(ts)
   setting = cell.get("setting")
   if s == CONSENSUS:
     accs = {"consensus": study.closed_form_accuracy(
@@ -151,9 +154,12 @@ def compute_cell(study, cfg, controls: Sequence[str], cell: dict, log=print) -> 
     if cell["adapter"]:
       log(f"  adapter {kind} {tg} <- {s}: {'+' if kind == 'addition' else '-'}"
           f"{'+'.join(ts)}  ({time.time() - t0:.1f}s)")
-  return {"records": [_record(kind, tg, ts, srcs, method, a, zs, controls, role, study.route(tg),
-                              setting)
-                      for method, a in accs.items()]}
+  records = [_record(kind, tg, ts, srcs, method, a, zs, controls, role, study.route(tg), setting)
+             for method, a in accs.items()]
+  for r in records if retained else ():  # Table 4's "Retained" column
+    r["retained_tasks"] = list(retained)
+    r["retained"] = float(np.mean([r["delta"][t] for t in retained]))
+  return {"records": records}
 
 
 def choose_adapter_cells(models: Sequence[str], names: Sequence[str], n: int, seed: int) -> dict:
@@ -182,6 +188,168 @@ def choose_adapter_cells(models: Sequence[str], names: Sequence[str], n: int, se
     t = names[rng.integers(len(names))]
     neg.append((tg, ((t,), (s,))))
   return {"addition": list(dict.fromkeys(add)), "negation": list(dict.fromkeys(neg))}
+
+
+def is_audio(cfg) -> bool:
+  """Whether a main-job config's world is the audio world (``world.modality`` "audio",
+  ``experiments/configs/audio_world.py``): the job then runs ``audio_cells`` and prints the
+  paper's audio tables (``format_audio_tables``)."""
+  return cfg.data.world.get("modality", "image") == "audio"
+
+
+def cross_assignments(models: Sequence[str], target: str, n: int,
+                      distinct: bool) -> list[tuple[str, ...]]:
+  """The cross-model source assignments of an ``n``-term cell on ``target``: with ``distinct``
+  every ordered choice of ``n`` different families other than the target (two sources onto a
+  third, Tables 26 and 27), else each other family for all ``n`` terms."""
+  others = [m for m in models if m != target]
+  if distinct:
+    return list(itertools.permutations(others, n))
+  return [(m,) * n for m in others]
+
+
+def audio_cells(models: Sequence[str], names: Sequence[str], chosen: dict,
+                distinct: bool) -> list[dict]:
+  """The audio main job's cells (the paper's audio tables), in its records' order.
+
+  Addition: per target, the task pair ``names`` (two tasks) from the target itself
+  (same-model), from every ``cross_assignments`` (cross-model), then, with two families or
+  more, the consensus. Negation: per target and task, every family as the source, then the
+  consensus; each negation cell also reads the other tasks of ``names`` (``retained``, Table
+  4's "Retained" column). ``adapter`` marks the cells of ``chosen``
+  (``choose_audio_adapter_cells``). Cells name one source per term (``sources``).
+  """
+  out = []
+  for tg in models:
+    for ts in itertools.combinations(names, 2):
+      for srcs in [(tg,) * 2] + cross_assignments(models, tg, 2, distinct):
+        out.append({"kind": "addition", "target": tg, "tasks": list(ts), "sources": list(srcs),
+                    "adapter": (tg, (tuple(ts), tuple(srcs))) in set(chosen["addition"])})
+      if len(models) > 1:
+        out.append({"kind": "addition", "target": tg, "tasks": list(ts),
+                    "sources": [CONSENSUS] * 2, "adapter": False})
+  for tg in models:
+    for t in names:
+      retained = [u for u in names if u != t]
+      for s in list(models) + ([CONSENSUS] if len(models) > 1 else []):
+        out.append({"kind": "negation", "target": tg, "tasks": [t], "sources": [s],
+                    "retained": retained,
+                    "adapter": (tg, ((t,), (s,))) in set(chosen["negation"])})
+  return out
+
+
+def choose_audio_adapter_cells(models: Sequence[str], names: Sequence[str], n: int, seed: int,
+                               distinct: bool) -> dict:
+  """The adapter's cells of the audio job, as ``choose_adapter_cells`` gives them: ``n`` of
+  each kind, targets ``models[i % M]`` in turn; addition cells cross-model (a seeded one of the
+  target's ``cross_assignments``; same-model with one family), the paper's Table 26 adapter
+  row, negation cells same-model on a seeded task, Table 4's. Repeats are kept once."""
+  rng = np.random.default_rng(seed)
+  models = list(models)
+  pairs = list(itertools.combinations(names, 2))
+  add, neg = [], []
+  for i in range(n):
+    tg = models[i % len(models)]
+    options_ = cross_assignments(models, tg, 2, distinct) or [(tg, tg)]
+    srcs = options_[rng.integers(len(options_))]
+    add.append((tg, (pairs[rng.integers(len(pairs))], tuple(srcs))))
+    t = names[rng.integers(len(names))]
+    neg.append((tg, ((t,), (tg,))))
+  return {"addition": list(dict.fromkeys(add)), "negation": list(dict.fromkeys(neg))}
+
+
+def _audio_row(name: str, rs: Sequence[dict], cols, zero: bool = False) -> str:
+  """One row of ``format_audio_tables``: per column (a function record -> task names whose
+  mean it reads) the mean accuracy and, in brackets, the mean change from zero-shot."""
+  acc, delta = [], []
+  for r in rs:
+    a, d = [], []
+    for col in cols:
+      keys = col(r)
+      a.append(np.mean([r["accuracy"][t] - (r["delta"][t] if zero else 0.0) for t in keys]))
+      d.append(np.mean([0.0 if zero else r["delta"][t] for t in keys]))
+    acc.append(a)
+    delta.append(d)
+  a, d = np.mean(np.asarray(acc), axis=0), np.mean(np.asarray(delta), axis=0)
+  vals = [f"{x:17.2f}" if zero else f"{x:9.2f} ({y:+5.1f})" for x, y in zip(a, d)]
+  return f"{name:<26s}" + "".join(f"{v:>17s}" for v in vals) + f"{len(rs):7d}"
+
+
+def format_audio_tables(records: Sequence[dict], controls: Sequence[str], *,
+                        alpha: float = 0.5, negation_lambda: float = 1.0) -> str:
+  """The paper's audio-text tables on the audio job's records (``audio_cells``).
+
+  Table 4 (negation): columns the removed task, the retained task(s) and the controls; a block
+  per setting. Table 26 (addition): the composed tasks and the controls over the cross-model
+  cells (two distinct sources onto a third with ``distinct_sources``), and the same-model cells
+  beside it. Entries as ``format_tables``: mean accuracy in percent and, in brackets, the change
+  from the zero-shot of the row's own cells; "Zero-shot, adapter runs" is the zero-shot of the
+  adapter's cells. Table 27: each cross-model closed-form addition cell, its accuracies on the
+  two tasks and the controls (zero-shot in brackets).
+  """
+  names = {"weight_space": "Weight-space arithmetic", "closed_form": "Ours, closed form",
+           "consensus": "Ours, consensus", "adapter": "Ours, adapter", "oracle": "Oracle",
+           "random_utd": "Random-UTD"}
+  settings = (("same_model", "Source and target are the same model"),
+              ("cross_model", "Source and target are different models"))
+  ctrl = [(lambda r, c=c: [c]) for c in controls]
+  lines = []
+  for kind, title, heads, cols, order in (
+      ("negation", f"Table 4: audio-text negation at lambda = {negation_lambda:g}",
+       ["Removed", "Retained"], [lambda r: r["tasks"][:1], lambda r: r.get("retained_tasks")
+                                 or r["tasks"][:1]],
+       ("closed_form", "consensus", "adapter", "weight_space", "oracle", "random_utd")),
+      ("addition", f"Table 26: audio-text addition (closed form at alpha = {alpha:g}, adapter "
+       "at full strength)",
+       next((list(r["tasks"]) for r in records if r["kind"] == "addition"), ["Task A", "Task B"]),
+       [lambda r: r["tasks"][:1], lambda r: r["tasks"][1:2]],
+       ("random_utd", "closed_form", "consensus", "oracle", "weight_space", "adapter"))):
+    lines += ["", title + "; accuracy % (change in points from the zero-shot of the row's own "
+              "cells)"]
+    header = (f"{'Method':<26s}" + "".join(f"{c:>17s}" for c in heads + list(controls))
+              + f"{'cells':>7s}")
+    for setting, label in settings:
+      base = [r for r in records if r["kind"] == kind and r["setting"] == setting
+              and r["method"] == "closed_form"]
+      if not base:
+        continue
+      lines += [label, header, _audio_row("Zero-shot", base, cols + ctrl, zero=True)]
+      for method in order:
+        rs = [r for r in records if r["kind"] == kind and r["setting"] == setting
+              and r["method"] == method]
+        if not rs:
+          continue
+        if method == "adapter":
+          lines.append(_audio_row("Zero-shot, adapter runs", rs, cols + ctrl, zero=True))
+        lines.append(_audio_row(names[method], rs, cols + ctrl))
+  cross = [r for r in records if r["kind"] == "addition" and r["setting"] == "cross_model"
+           and r["method"] == "closed_form"]
+  if cross:
+    tasks = cross[0]["tasks"]
+    lines += ["", f"Table 27: audio addition per cross-model cell, closed form at alpha = "
+              f"{alpha:g}; "
+              f"{' / '.join(list(tasks) + list(controls))} accuracy % (zero-shot)",
+              f"{'Source (' + tasks[0] + ')':<18s}{'Source (' + tasks[1] + ')':<18s}"
+              f"{'Target':<10s}Ours"]
+    for r in cross:
+      keys = list(r["tasks"]) + list(controls)
+      lines.append(f"{r['sources'][0]:<18s}{r['sources'][1]:<18s}{r['target']:<10s}"
+                   + " / ".join(f"{r['accuracy'][t]:.1f} ({r['accuracy'][t] - r['delta'][t]:.1f})"
+                                for t in keys))
+  return "\n".join(lines)
+
+
+def retained_summary(records: Sequence[dict]) -> dict:
+  """Mean change in points of the retained tasks of negation cells (Table 4's "Retained"),
+  per setting and method; empty without retained tasks."""
+  out: dict = {}
+  for setting in ("same_model", "cross_model"):
+    for method in METHODS:
+      rs = [r["retained"] for r in records if r["kind"] == "negation" and "retained" in r
+            and r["setting"] == setting and r["method"] == method]
+      if rs:
+        out.setdefault(setting, {})[method] = round(float(np.mean(rs)), 4)
+  return out
 
 
 def negation_curve(study, ops, names, controls, strengths) -> dict:
@@ -296,6 +464,12 @@ def check_config(cfg, downstream: Sequence[str]) -> list[str]:
                      f"pairs), got {names}")
   from platonic_jax.data.toyworld.world import check_families
   check_families(cfg.data.world, list(cfg.data.families))
+  if is_audio(cfg) and cfg.get("distinct_sources", False):
+    families = list(cfg.data.families) or list(cfg.data.world.families)
+    if len(families) < 3:
+      raise ValueError(f"distinct_sources composes two distinct sources onto a third family: "
+                       f"it needs at least three families, got {families}; set "
+                       "--config.distinct_sources=False")
   check_rule(cfg.get("selection_rule", "min"))
   from platonic_jax.core.routes import RESIDUAL_HEAD_ROUTES
   if cfg.get("residual_head_route", "head_edit") not in RESIDUAL_HEAD_ROUTES:
@@ -584,17 +758,26 @@ def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
   p = prepare(world, cfg, log)
   models, controls, zs, sources, ops, study = (p.models, p.controls, p.zs, p.sources,
                                                p.ops, p.study)
-  chosen = choose_adapter_cells(models, names, cfg.adapter.cells, cfg.seed)
-  chosen_sa = choose_same_architecture_adapter_cells(
-      p.pairs, names, cfg.same_architecture.adapter_cells if p.pairs else 0, cfg.seed)
-  named = lambda ch: ("; ".join(f"{tg}<-{c[1][0]}:{'+'.join(c[0])}" for tg, c in ch["addition"])
-                      + " | " + "; ".join(f"{tg}<-{c[1][0]}:-{c[0][0]}"
+  audio = is_audio(cfg)
+  distinct = bool(cfg.get("distinct_sources", False))
+  if audio:
+    chosen = choose_audio_adapter_cells(models, names, cfg.adapter.cells, cfg.seed, distinct)
+    all_cells = audio_cells(models, names, chosen, distinct)
+    chosen_sa = {"addition": [], "negation": []}
+  else:
+    chosen = choose_adapter_cells(models, names, cfg.adapter.cells, cfg.seed)
+    chosen_sa = choose_same_architecture_adapter_cells(
+        p.pairs, names, cfg.same_architecture.adapter_cells if p.pairs else 0, cfg.seed)
+    all_cells = (cells(models, names, chosen)
+                 + same_architecture_cells(p.pairs, names, chosen_sa))
+  srcs = lambda c: "+".join(dict.fromkeys(c[1]))
+  named = lambda ch: ("; ".join(f"{tg}<-{srcs(c)}:{'+'.join(c[0])}" for tg, c in ch["addition"])
+                      + " | " + "; ".join(f"{tg}<-{srcs(c)}:-{c[0][0]}"
                                           for tg, c in ch["negation"]))
   log("[4/5] addition and negation cells; adapter cells: " + named(chosen))
   if p.pairs:
     log("  same-architecture cells (" + ", ".join(f"{s}->{t}" for s, t in p.pairs)
         + "); adapter cells: " + named(chosen_sa))
-  all_cells = cells(models, names, chosen) + same_architecture_cells(p.pairs, names, chosen_sa)
   done, computed = sweep_cells(workdir, chash, all_cells,
                                lambda cell: compute_cell(study, cfg, controls, cell, log),
                                lambda cell: cell_cost(cell, cfg))
@@ -628,7 +811,12 @@ def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
   if export:
     summary["exports"] = {spec: os.path.relpath(path, workdir) for spec, path in export_edited(
         world.models, ops, export, cfg, os.path.join(workdir, "export"), log).items()}
-  tables = format_tables(records, controls)
+  if audio:
+    summary["negation_retained"] = retained_summary(records)
+    summary["distinct_sources"] = distinct
+  tables = (format_audio_tables(records, controls, alpha=cfg.alpha,
+                                negation_lambda=cfg.negation_lambda) if audio
+            else format_tables(records, controls))
   write_outputs(workdir, records, summary, curve, tables)
   log(tables)
   distributed.barrier("main:outputs")

@@ -151,11 +151,52 @@ def split_content(split) -> list:
 BATCH = 512
 
 
+def is_audio_model(model) -> bool:
+  """A CLAP model (``input_kind`` "audio"): its inputs are audio features, not pixels."""
+  return getattr(model.module, "input_kind", "image") == "audio"
+
+
+def embed_inputs(model, inputs, batch_size: int = BATCH) -> np.ndarray:
+  """Normalised embeddings (n, d) of a model's preprocessed inputs: pixels (n, 3, H, W) or
+  ``NaflexInputs`` through the vision tower (``embed.embed_images``), or for a CLAP model audio
+  features (n, 1, T, F), e.g. the audio world's task inputs, through the audio tower
+  (``embed.embed_audio_features``)."""
+  from platonic_jax import embed as embed_lib
+  if is_audio_model(model):
+    return embed_lib.embed_audio_features(model, inputs, batch_size=batch_size, progress=False)
+  return embed_lib.embed_images(model, inputs, batch_size=batch_size, progress=False)
+
+
+def loader_inputs(model, name: str) -> dict:
+  """The ``loaders.batches`` arguments that turn a split's examples into ``model``'s inputs
+  (``name`` for messages): images through its image preprocessor, (B, 3, H, W) or
+  ``NaflexInputs``; audio, for a CLAP model, resampled to its feature extractor's rate (the
+  checkpoint's ``preprocessor_config.json``, ``convert.clap.extractor_for``) and extracted to
+  input_features (B, C, T, F) (clips longer than its window cropped as its ``truncation`` says,
+  the crops drawn from ``RandomState(0)`` per batch: a run is deterministic). ValueError for a
+  model without a preprocessor or a fused CLAP model (its tower also needs ``is_longer``,
+  which a study's inputs do not carry)."""
+  if not is_audio_model(model):
+    if model.preprocessor is None:
+      raise ValueError(f"model {name!r} has no image preprocessor (preprocessor_config.json)")
+    return {"preprocess": model.preprocessor}
+  from platonic_jax.convert.clap import extractor_for
+  if model.module.spec.audio.enable_fusion:
+    raise ValueError(f"model {name!r} is a fused CLAP model: its audio tower also needs "
+                     "is_longer, which a study's audio inputs do not carry; use an unfused "
+                     "checkpoint")
+  extractor = extractor_for(model)
+
+  def features(waves, rate):
+    return extractor(waves, rate, rng=np.random.RandomState(0)).input_features
+  return {"preprocess": features, "sampling_rate": int(extractor.sampling_rate)}
+
+
 def embed_unique(model, arrays: Sequence[Any]) -> list[np.ndarray]:
   """Normalised embeddings of each image array (n_i, 3, H, W) (or ``NaflexInputs`` of n_i
-  images, for a SigLIP2 NaFlex model); arrays shared between tasks (the same object) are
-  embedded once, and all distinct ones in a single run."""
-  from platonic_jax import embed as embed_lib
+  images, for a SigLIP2 NaFlex model; audio features (n_i, 1, T, F) for a CLAP model,
+  ``embed_inputs``); arrays shared between tasks (the same object) are embedded once, and all
+  distinct ones in a single run."""
   distinct = {}
   for a in arrays:
     distinct.setdefault(id(a), a)
@@ -165,7 +206,7 @@ def embed_unique(model, arrays: Sequence[Any]) -> list[np.ndarray]:
     joined = NaflexInputs.concatenate(parts)  # TypeError naming a part that is not
   else:
     joined = np.concatenate(parts)
-  Z = embed_lib.embed_images(model, joined, batch_size=BATCH, progress=False)
+  Z = embed_inputs(model, joined)
   out, start = {}, 0
   for k in keys:
     out[k] = Z[start:start + len(distinct[k])]
@@ -376,16 +417,17 @@ class Study:
     key = (m, id(images))
     hit = self._pixels.get(key)
     if hit is None or hit[0] is not images:
-      if model.preprocessor is None:
-        raise ValueError(f"model {m!r} has no image preprocessor (preprocessor_config.json)")
       if _is_split(images):
         from platonic_jax.data import loaders
-        arrays = loaders.load_arrays(images, model.preprocessor, batch_size=self.embed_batch)
+        arrays = loaders.load_arrays(images, batch_size=self.embed_batch,
+                                     **loader_inputs(model, m))
         if len(arrays.labels) != len(images):
           raise ValueError(f"{images.task.name}/{images.split}: {len(images) - len(arrays.labels)}"
                            " examples could not be decoded; a study needs every example")
         x = arrays.inputs
       else:
+        if model.preprocessor is None:
+          raise ValueError(f"model {m!r} has no image preprocessor (preprocessor_config.json)")
         x = model.preprocessor(list(images))
       if not isinstance(x, NaflexInputs):
         x = np.asarray(x, np.float32)
@@ -414,15 +456,11 @@ class Study:
         out[i] = Z
     for i, a in enumerate(arrays):
       if out[i] is None:
-        from platonic_jax import embed as embed_lib
         from platonic_jax.data import loaders
-        if model.preprocessor is None:
-          raise ValueError(f"model {m!r} has no image preprocessor (preprocessor_config.json)")
         parts = []
         with progress.bar(len(a), f"embed {a.task.name}/{a.split}", unit="ex") as bar:
-          for x, _ in loaders.batches(a, model.preprocessor, self.embed_batch):
-            parts.append(embed_lib.embed_images(model, x, batch_size=self.embed_batch,
-                                                progress=False))
+          for x, _ in loaders.batches(a, batch_size=self.embed_batch, **loader_inputs(model, m)):
+            parts.append(embed_inputs(model, x, self.embed_batch))
             bar.update(len(x))
         out[i] = np.concatenate(parts)
         if len(out[i]) != len(a):
@@ -1241,6 +1279,10 @@ def _world_key(world_config: dict) -> str:
 def _real_data(config, task_names: Sequence[str], log) -> tuple[dict, dict]:
   """Models from Hugging Face ids / directories, tasks from the data registry and loaders.
 
+  Audio tasks (ESC-50, GTZAN, UrbanSound8K) take CLAP models: their clips are resampled and
+  extracted by each model's feature extractor (``loader_inputs``); a task of another modality
+  than a model is a ValueError naming both.
+
   Each task's train and test splits are read lazily from ``<data.root>/<task>`` (or
   ``$PLATONIC_JAX_DATA/<task>``); its probes follow the registry's probe rule at the study
   seed (``data.n_probes`` of them: more than a train split holds is a ValueError naming the
@@ -1255,12 +1297,23 @@ def _real_data(config, task_names: Sequence[str], log) -> tuple[dict, dict]:
   models = {}
   for name, ident in data.models.items():
     log(f"  loading {name} from {ident}")
-    models[name] = dataclasses.replace(load_model(ident), name=name)
+    model = load_model(ident)
+    files = dict(model.files)
+    if is_audio_model(model):  # its feature extractor, found by name no longer once renamed
+      from platonic_jax.convert import checkpoint
+      from platonic_jax.models.audio_features import PREPROCESSOR_CONFIG
+      path = os.path.join(checkpoint.resolve(ident), PREPROCESSOR_CONFIG)
+      if os.path.isfile(path):
+        files.setdefault(PREPROCESSOR_CONFIG, path)
+    models[name] = dataclasses.replace(model, name=name, files=files)
   tasks = {}
   for t in dict.fromkeys(task_names):
     spec = registry.get_task(t)
-    if spec.modality != registry.IMAGE:
-      raise ValueError(f"task {t!r} is {spec.modality}; the suite's studies are image tasks")
+    for name, model in models.items():  # audio tasks take CLAP models, image tasks the others
+      kind = registry.AUDIO if is_audio_model(model) else registry.IMAGE
+      if spec.modality != kind:
+        raise ValueError(f"task {t!r} is an {spec.modality} task but model {name!r} takes "
+                         f"{kind}: a study's models and tasks share one modality")
     root = loaders.task_dir(spec, data.root or None)
     skip = bool(data.get("skip_corrupt", False))  # decode all now, drop what cannot be
     train = loaders.load_split(spec, root, "train", skip_corrupt=skip, verify=skip)

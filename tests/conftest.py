@@ -18,8 +18,11 @@ import os
 import pytest
 
 # The slowest files (pytest --durations on the 2-core machine), started first.
-SLOW_FIRST = ("tests/test_main_job.py", "tests/experiments/test_suite.py",
-              "tests/experiments/test_quickstart_notebook.py", "tests/models/test_clip_parity.py",
+SLOW_FIRST = ("tests/experiments/test_main_job.py", "tests/parallel/test_partition.py",
+              "tests/experiments/test_suite.py", "tests/experiments/test_edit_routes.py",
+              "tests/parallel/test_multiprocess.py",
+              "tests/experiments/test_quickstart_notebook.py",
+              "tests/experiments/test_audio_main_job.py", "tests/models/test_clip_parity.py",
               "tests/data/test_toyworld.py", "tests/models/test_clap_parity.py",
               "tests/experiments/test_bench_accel.py", "tests/models/test_eva_parity.py")
 

@@ -8,6 +8,11 @@ builds on ``schema`` with its own world variants and adds the fields only it rea
   "toy": the full toy world (``experiments/configs/toy_world.py``), all four families.
   "micro": the micro toy world with tiny step counts and one target, the world's first family
     (what the tests run).
+  "audio": the paper's audio-text setting (Tables 4, 26, 27): unfused CLAP checkpoints
+    (``AUDIO_MODELS``), ESC-50 and GTZAN composed or negated, UrbanSound8K the control, read
+    from ``--config.data.root`` (wav folders or the hub's parquet layout; each clip resampled and
+    extracted by the model's own feature extractor, ``platonic_jax.study.loader_inputs``); a
+    cross-model addition composes two distinct sources onto a third.
 
 Fields:
   experiment: which ``experiments.tables`` module runs (the launcher dispatches on it; "main":
@@ -64,7 +69,7 @@ import ml_collections
 
 from experiments.configs import toy_world
 
-VARIANTS = ("default", "toy", "micro")
+VARIANTS = ("default", "toy", "micro", "audio")
 
 # Paper Table 11: the six Large families.
 MODELS = {
@@ -79,6 +84,15 @@ MODELS = {
 ABSORBING = ("clip-l", "openclip-l", "metaclip-l", "eva-clip-l")
 TASKS = ("eurosat", "dtd", "cars", "gtsrb", "mnist", "resisc45", "svhn", "sun397")
 CONTROLS = ("cifar100", "imagenet")
+# The audio-text setting (paper Tables 4, 26, 27): CLAP checkpoints whose audio towers take
+# unfused inputs (a fused tower also reads is_longer, which a study's inputs do not carry).
+AUDIO_MODELS = {
+    "clap-unfused": "laion/clap-htsat-unfused",
+    "clap-large": "laion/larger_clap_general",
+    "clap-large-ms": "laion/larger_clap_music_and_speech",
+}
+AUDIO_TASKS = ("esc50", "gtzan")
+AUDIO_CONTROLS = ("urbansound8k",)
 # Micro toy world: two families; the attributes its captions teach.
 MICRO_TASKS = ("color", "position")
 
@@ -170,14 +184,18 @@ def base(experiment: str, arg: str | None) -> ml_collections.ConfigDict:
   variant = arg or "default"
   if variant not in VARIANTS:
     raise ValueError(f"unknown variant {arg!r} for {experiment}; use one of "
-                     f"'' (paper models), 'toy', 'micro'")
-  world = None if variant == "default" else toy_world.get_config(
+                     f"'' (paper models), 'toy', 'micro', 'audio'")
+  world = None if variant in ("default", "audio") else toy_world.get_config(
       "micro" if variant == "micro" else None)
   c = schema(experiment, variant, world)
   c.distinct_sources = variant != "micro"
   if variant == "toy":
     c.source.update(steps=300, lr=3e-3)
     c.adapter.update(steps=300, lr=2e-3, cells=4)
+  if variant == "audio":
+    c.data.models = dict(AUDIO_MODELS)
+    c.data.tasks = AUDIO_TASKS
+    c.data.controls = AUDIO_CONTROLS
   if variant == "micro":
     c.data.tasks = MICRO_TASKS
     c.source.update(steps=8, lr=3e-3, batch=16)

@@ -10,7 +10,9 @@ Variants: '' (default) the toy world with its same-architecture twin (``toy_worl
 default world with wider towers (``toy_world.get_config("wide")``; outside the main job's time budgets),
 'lookalike' the default world with look-alike classes swapped in the captions (the main job's
 world until the distant pairs of ``toy_world.get_config()``), 'samearch' / 'micro-samearch'
-those worlds with a differently pretrained twin of one family. What each choice below was
+those worlds with a differently pretrained twin of one family, 'audio' / 'audio_micro' the
+audio world's main job (``audio_config`` below: the paper's audio-text Tables 4 and 26). What
+each choice below was
 measured against is in docs/results/ (one page per study).
 
 The config is a suite config (``experiments/configs/common.py``: the same fields, meaning the
@@ -107,7 +109,12 @@ import ml_collections
 from experiments.configs import common, toy_world
 
 
+AUDIO_VARIANTS = ("audio", "audio_micro")
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  if arg in AUDIO_VARIANTS:
+    return audio_config(arg)
   variant = toy_world.check_variant(arg, "main-job")
   # The default and micro worlds with their same-architecture twins (the base families are the
   # same models, same cache keys, as in the worlds without them).
@@ -129,4 +136,50 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.adapter.update(steps=40, lr=2e-2, cells=2)
     c.negation_strengths = [0.0, 1.0, 2.0]
     c.data.tasks = ("shape", "color", "position")
+  return c
+
+
+def audio_config(arg: str) -> ml_collections.ConfigDict:
+  """The audio main job: the method on the audio world (``experiments/configs/audio_world.py``),
+  the paper's audio-text setting (Tables 4 and 26) at the toy scale.
+
+      python -m experiments.main --config=experiments/configs/main.py:audio --workdir=/tmp/pj_audio
+
+  The image main job's fields, with these values (each fixed before any run of the method, by
+  the reason given):
+    world: the audio world (``audio_world.get_config()``; 'audio_micro': its micro world). Its
+      ``modality`` "audio" is what the launcher dispatches on (``platonic_jax.data.audioworld``
+      builds it; the engine embeds its tasks' log-mel features with the audio towers).
+    tasks: the world's composed pair ``audioworld.COMPOSED`` (envelope, count): the paper's
+      audio tables compose and negate two tasks (ESC-50 and GTZAN) and report one control
+      (UrbanSound8K: here the world's control, ambience, which never enters a fit).
+    distinct_sources: an addition cell's two terms come from two distinct source families onto
+      a third (every cross-model cell of Tables 26 and 27); same-model cells take both from the
+      target. Off in 'audio_micro', whose two families have no third.
+    source: rank-4 LoRA, 200 steps at lr 2e-2, batch 32: the recipe docs/results/audio_world.md
+      fine-tuned clap-a with on the envelope task (55.5 -> 93.7 %, the linear probe 91.9 %),
+      within the cold job's 10-minute budget.
+    adapter: the image main job's recipe (rank 16, 300 steps, lr 1e-2, batch 32, keep 0.1) on
+      ``cells`` cells of each kind, one target each in turn: addition cells cross-model with
+      distinct sources (Table 26's adapter row), negation cells same-model (Table 4's). Three,
+      one per target: the time budget (each adapter compiles a training step per target and
+      cell shape).
+    The method's options, strengths and selection are the image main job's.
+  """
+  from experiments.configs import audio_world
+  from platonic_jax.data.audioworld import COMPOSED
+  micro = arg == "audio_micro"
+  c = get_config("micro" if micro else None)
+  c.variant = arg
+  c.data.world = audio_world.get_config("micro" if micro else None)
+  c.data.tasks = tuple(COMPOSED)
+  c.distinct_sources = not micro
+  c.same_architecture.families = ()  # the audio world has no same-architecture twin
+  c.source.update(rank=4, steps=200, lr=2e-2, batch=32, seed=0)
+  c.adapter.update(rank=16, steps=300, lr=1e-2, batch=32, cells=3, keep=0.1)
+  if micro:
+    c.source.steps = 8
+    c.adapter.update(rank=4, steps=4, cells=1)
+    c.folds = 2
+    c.negation_strengths = [0.0, 1.0]
   return c

@@ -260,7 +260,7 @@ def test_the_twin_leaves_every_other_record_unchanged(run, cache, tmp_path):
   the twin) writes the same records, bit for bit, for every cell but the same-architecture
   ones, and the same summary blocks, selections and Figure 2 curve."""
   work, _ = run
-  _main_job(cache, tmp_path, "--config.families=('clip-a', 'siglip-b')")
+  _main_job(cache, tmp_path, "--config.data.families=('clip-a', 'siglip-b')")
   read = lambda w: [l for l in open(os.path.join(w, "results.jsonl"))]
   mine = [l for l in read(work) if json.loads(l)["setting"] != "same_architecture"]
   assert mine == read(tmp_path)

@@ -662,9 +662,9 @@ def same_architecture_pairs(world, cfg, models: Sequence[str]) -> tuple[tuple[st
   """Ordered (source, target) pairs of distinct families of ``models`` sharing one architecture
   (``toyworld.world.same_architecture_pairs``, in name order): the same-architecture block's.
   A pair of two main-grid families keeps its cross-model cells there as well. None for a
-  config without a ``same_architecture`` block."""
+  config without a ``same_architecture`` block, or on the audio world (no such pairs)."""
   from platonic_jax.data.toyworld.world import same_architecture_pairs as pairs_of
-  if "same_architecture" not in cfg:
+  if "same_architecture" not in cfg or is_audio(cfg):
     return ()
   return pairs_of(world.config, sorted(models))
 

@@ -112,12 +112,15 @@ def test_one_cache_root_for_every_experiment(tmp_path, monkeypatch):
 
 def test_method_options_default_to_methods_values():
   assert study_lib.method_options(ml_collections.ConfigDict()) == dict(
-      calibrate=False, include_ceiling=False, selection_rule="min", random_draws="cell",
-      workers=1)
+      calibrate=False, include_ceiling=False, selection_rule="min",
+      residual_head_route="head_edit", random_draws="cell", workers=1)
   c = ml_collections.ConfigDict(dict(calibrate=1, include_ceiling=True, selection_rule="1se",
+                                     residual_head_route="embedding_operator",
                                      random_draws="run", workers="2"))
   assert study_lib.method_options(c) == dict(calibrate=True, include_ceiling=True,
-                                             selection_rule="1se", random_draws="run", workers=2)
+                                             selection_rule="1se",
+                                             residual_head_route="embedding_operator",
+                                             random_draws="run", workers=2)
 
 
 def test_from_config_refuses_an_unknown_source_and_a_world_of_another_config(tmp_path):

@@ -545,7 +545,8 @@ def test_same_architecture_variants_add_a_differently_pretrained_twin_only():
     assert (twin.pop("variant"), plain.pop("variant")) == (variant, base or "default")
     assert twin["families"].pop("clip-a2") == twin["families"]["clip-a"]
     assert twin == plain  # the base world, and so its families' cache keys, unchanged
-    assert as_json(main_config.get_config(base).world) == as_json(toy_world.get_config(variant))
+    assert as_json(main_config.get_config(base).data.world) == as_json(
+        toy_world.get_config(variant))
   assert main_config.get_config("micro-samearch").source.steps == 60  # micro settings
   config = toy_world.get_config("micro-samearch").to_dict()
   assert world_lib.same_architecture_pairs(config) == (("clip-a", "clip-a2"),

@@ -32,9 +32,14 @@ def test_every_experiment_config_holds_the_common_schema(name, arg):
   assert schema <= _fields(c), sorted(schema - _fields(c))
   if name == "main":
     assert c.experiment == "main" and c.data.source == "toy"
-    assert c.data.world.variant == toy_world.check_variant(arg, "main-job")
-    # what the main job adds: its curve, its exports; nothing else beyond the schema
-    assert _fields(c) - schema == {"negation_strengths", "export_cells"}
+    variant = toy_world.check_variant(arg, "main-job")  # the default and micro carry the twin
+    assert c.data.world.variant == {"default": "samearch", "micro": "micro-samearch"}.get(
+        variant, variant)
+    # what the main job adds: its curve, its exports, the same-architecture block's options;
+    # nothing else beyond the schema
+    extra = {"negation_strengths", "export_cells", "same_architecture"}
+    assert _fields(c) - schema == extra | {f"same_architecture.{k}"
+                                           for k in c.same_architecture.keys()}
 
 
 def test_the_main_job_keeps_its_world_subsets_and_recipe():

@@ -21,6 +21,8 @@ def test_suite_table1_and_main_job_agree_on_shared_cells(micro, tmp_path):
   for field in ("seed", "folds", "alpha", "weight_space_lambda", "calibrate", "include_ceiling",
                 "selection_rule", "random_draws"):
     suite[field] = main[field]
+  main.data.world = suite.data.world  # the suite's micro world (without the main job's twin)
+  main.same_architecture.families = ()
   main.source = suite.source  # the suite's micro recipe: test_suite's sources, cached already
   main.include_ceiling = suite.include_ceiling = False  # the rank grid test_suite compiled
   suite.adapter = main.adapter

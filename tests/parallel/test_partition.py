@@ -18,7 +18,8 @@ import time
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FLAGS = ["--config=experiments/configs/main.py:micro", "--config.tasks=('shape', 'color')",
+FLAGS = ["--config=experiments/configs/main.py:micro", "--config.data.tasks=('shape', 'color')",
+         "--config.data.families=('clip-a', 'siglip-b')",  # the micro world without its twin
          "--config.source.steps=20", "--config.adapter.steps=10"]
 SHARE = re.compile(r"process (\d) of (\d) did (\d+) fine-tunes, (\d+) solves, (\d+) cells "
                    r"\((\d+) adapter fits\)")

@@ -678,7 +678,8 @@ def cell_cost(cell: dict, cfg) -> float:
   untransported vectors: three edited targets, each a forward pass, and the labeled gradients).
   Set from what each row runs, before measuring; docs/results/multiprocess.md has the measured
   balance."""
-  same = cell["source"] == cell["target"]
+  sources = cell["sources"] if "sources" in cell else [cell["source"]]  # an audio cell's
+  same = all(s == cell["target"] for s in sources)
   transport = 30.0 if cell.get("setting") == "same_architecture" else 0.0
   return (1.0 + (10.0 if same else 0.0) + transport
           + (cfg.adapter.steps + 10.0 if cell["adapter"] else 0.0))

@@ -681,7 +681,7 @@ class Killed(BaseException):
 
 def test_killed_main_job_reruns_to_the_uninterrupted_results(run, cache, tmp_path, monkeypatch):
   """The main job's cells are a resumable sweep (WORKDIR/cells.jsonl): a workdir left by a run
-  killed after 30 cells (its last record torn) is resumed by a run killed after two more cells,
+  killed after 42 cells (its last record torn) is resumed by a run killed after two more cells,
   which writes no output; the rerun computes only the rest, and its results.jsonl and
   summary.json (runtime aside) are the uninterrupted run's. The engine's cache (``run``'s)
   holds the embeddings, sources and operators, so only cells are computed here."""
@@ -695,8 +695,8 @@ def test_killed_main_job_reruns_to_the_uninterrupted_results(run, cache, tmp_pat
   # micro: 2 targets x (3 pairs + 3 tasks) x (2 sources + consensus), and the same-architecture
   # block's 2 ordered pairs x (3 pairs + 3 tasks)
   assert len(lines) == 48
-  with open(tmp_path / pipeline.CELLS, "w") as f:  # killed after 30 cells, mid-write
-    f.write("".join(lines[:30]) + lines[30][:50])
+  with open(tmp_path / pipeline.CELLS, "w") as f:  # killed after 42 cells, mid-write
+    f.write("".join(lines[:42]) + lines[42][:50])
   cfg = main_config.get_config("micro")
   cfg.data.world.cache_dir = str(cache)
   launch.configure(cfg)

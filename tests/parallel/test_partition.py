@@ -2,8 +2,9 @@
 loopback coordinator): the same results as one process, each process doing only its share of
 the fine-tunes, solves, cells and adapter fits, and a rerun after one process was killed mid-run
 recomputing only what is missing. The micro world, made smaller still (two downstream tasks,
-short fine-tunes and adapter fits); the runs share one toy-world cache (pretrained by the
-first). The one-process and the 2-process runs start from empty engine caches of their own;
+short fine-tunes and adapter fits); the runs share the session's pretrained micro world (the
+toy-world and embedding caches under concurrent processes: tests/parallel/test_multiprocess.py
+and tests/test_atomic.py). The one-process and the 2-process runs start from empty engine caches of their own;
 the killed run and its rerun use the 2-process run's (so only cells are left to compute)."""
 
 import json
@@ -99,11 +100,14 @@ def _kill_mid_cells(world_cache, work, engine_cache):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, micro_world_cache):
   """The job on one process, on two, and on two with process 1 killed mid-run then rerun:
-  {name: (workdir, output)}, plus "killed": (status, output, shard records after the kill)."""
+  {name: (workdir, output)}, plus "killed": (status, output, shard records after the kill).
+  Each starts from an empty engine cache (the 2-process runs share theirs); the pretrained
+  micro world is the session's."""
+  from tests.conftest import link_micro_world
   d = tmp_path_factory.mktemp("partition")
-  world = d / "world"
+  world = link_micro_world(micro_world_cache, d / "world")
   out = {"one": (d / "one", _run(world, d / "one", d / "c1", 1, "one")),
          "two": (d / "two", _run(world, d / "two", d / "c2", 2, "two"))}
   # The kill reuses the engine cache the 2-process run filled: its cells are what is left.

@@ -652,9 +652,6 @@ def prepare(world, cfg, log: Callable[[str], None] = print) -> Prepared:
       ops.update({(tg, t, k): op for k, op in got.items()})
   for tg in primary:
     log(f"  operators for target {tg}")
-  # The same-architecture cells' operators (their source's, its control, the target's own) are
-  # solved by the cells themselves, after the main grid's, which they leave unchanged.
-  pairs = same_architecture_pairs(world, cfg, models)
   return Prepared(names, controls, tasks, emb, zs, sources, ops, study, primary, pairs)
 
 

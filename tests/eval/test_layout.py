@@ -66,3 +66,87 @@ def test_no_base_rows_no_table_and_md_table_pads_only_when_asked():
   padded = layout.md_table(header, rows, pad=True).splitlines()
   assert len({len(line) for line in padded}) == 1  # every line as wide: aligned as text
   assert padded[1] == "|:----------|-----:|"
+
+
+def _negation_cells(cells):
+  """The same audio negation cells as the suite's records (``table2_negation.py:audio``, with
+  retained tasks) and as the audio main job's: (setting, removed, retained, {method: (acc removed,
+  acc retained)}, zero-shot) each; the control ``c`` reads 50 at zero-shot, 49 edited."""
+  suite, main = [], []
+  for setting, t, kept, accs, zs in cells:
+    zero = {u: zs for u in [t] + kept} | {"c": 50.0}
+    acc = {m: {t: a} | {u: b for u in kept} | {"c": 49.0} for m, (a, b) in accs.items()}
+    suite.append({"cell": {"target": "x", "tasks": [t], "sources": ["y"], "setting": setting},
+                  "metrics": {"controls": ["c"], "lambda": 1.0, "zero_shot": zero,
+                              "accuracy": acc, "retained": kept}})
+    main += [{"kind": "negation", "setting": setting, "method": m, "tasks": [t],
+              "retained_tasks": kept, "accuracy": a, "delta": {u: a[u] - zero[u] for u in a}}
+             for m, a in acc.items()]
+  return suite, main
+
+
+def test_suite_audio_negation_prints_the_audio_main_jobs_table4():
+  from experiments.tables import negation
+  suite, main = _negation_cells([
+      ("same_model", "a", ["b"], {"closed_form": (30.0, 39.0), "adapter": (35.0, 41.0),
+                                  "weight_space": (20.0, 30.0)}, 40.0),
+      ("same_model", "b", ["a"], {"closed_form": (50.0, 58.0)}, 60.0),
+      ("cross_model", "a", ["b"], {"closed_form": (32.0, 38.0), "oracle": (30.0, 39.0)}, 40.0)])
+  ours = negation.render(suite)
+  assert ours.startswith("```\n") and ours.endswith("\n```\n")
+  ours = ours[4:-5]
+  theirs = pipeline.format_audio_tables(main, ["c"], negation_lambda=1.0).strip()
+  assert ours == theirs  # one layout: the same text for the same cells, nothing else printed
+  lines = ours.splitlines()
+  assert lines[0].startswith("Table 4: audio-text negation at lambda = 1;")
+  assert lines[2].split() == ["Method", "Removed", "Retained", "c", "cells"]
+  split = lambda s: [s[i:i + 17].strip() for i in range(0, 51, 17)] + [s[51:].strip()]
+  # same model: the closed form over both cells; the adapter on the first, read against that
+  # cell's zero-shot (40), which its own zero-shot row prints
+  same = {line[:26].strip(): split(line[26:]) for line in lines[2:lines.index(
+      "Source and target are different models")]}
+  assert same["Zero-shot"] == ["50.00", "50.00", "50.00", "2"]
+  assert same["Ours, closed form"] == ["40.00 (-10.0)", "48.50 ( -1.5)", "49.00 ( -1.0)", "2"]
+  assert same["Zero-shot, adapter runs"] == ["40.00", "40.00", "50.00", "1"]
+  assert same["Ours, adapter"] == ["35.00 ( -5.0)", "41.00 ( +1.0)", "49.00 ( -1.0)", "1"]
+  assert same["Weight-space arithmetic"][:2] == ["20.00 (-20.0)", "30.00 (-10.0)"]
+  cross = {line[:26].strip(): split(line[26:]) for line in lines[lines.index(
+      "Source and target are different models") + 1:]}
+  assert cross["Oracle"] == ["30.00 (-10.0)", "39.00 ( -1.0)", "49.00 ( -1.0)", "1"]
+  assert "Retained" not in negation.render([dict(r, metrics={
+      k: v for k, v in r["metrics"].items() if k != "retained"}) for r in suite])
+  # the suite's gradient ascent (same-model subset): its own zero-shot row, named in the title
+  suite[1]["metrics"]["accuracy"]["gradient_ascent"] = {"b": 45.0, "a": 57.0, "c": 48.0}
+  ga = negation.render(suite).splitlines()
+  assert ga[1].endswith("lambda = 1; gradient ascent at a fixed budget, not a strength; "
+                        + layout.TEXT_UNITS)
+  i = next(i for i, line in enumerate(ga) if line.startswith("Gradient ascent"))
+  assert ga[i - 1].split() == ["Zero-shot,", "gradient", "ascent", "runs", "60.00", "60.00",
+                               "50.00", "1"]
+  assert ga[i].split()[2:] == ["45.00", "(-15.0)", "57.00", "(", "-3.0)", "48.00", "(", "-2.0)",
+                               "1"]
+
+
+def test_table2_audio_variant_reads_the_other_tasks_as_retained(monkeypatch):
+  """``table2_negation.py:audio`` sets ``retained``: a cell evaluates the removed task, the
+  study's other downstream tasks, then the controls, and records the retained ones; the image
+  variants carry no such field (their config hash is unchanged) and evaluate as before."""
+  from experiments.configs import table2_negation
+  from experiments.tables import negation
+  from platonic_jax import study as study_lib
+
+  class Study:
+    downstream, controls = ("a", "b", "d"), ("c",)
+    zero_shot = staticmethod(lambda tg, u: 10.0)
+    route = staticmethod(lambda tg: "fold")
+  seen = []
+  monkeypatch.setattr(study_lib, "cell_accuracies", lambda study, tg, ts, ss, evals, *a, **k: (
+      seen.append(list(evals)) or {"closed_form": {u: 5.0 for u in evals}}))
+  cell = {"target": "x", "tasks": ["b"], "sources": ["y"], "setting": "cross_model",
+          "adapter": False, "gradient_ascent": False}
+  audio = table2_negation.get_config("audio")
+  assert audio.retained is True and "retained" not in table2_negation.get_config("micro")
+  m = negation.compute(Study(), audio, cell)
+  assert seen[-1] == ["b", "a", "d", "c"] and m["retained"] == ["a", "d"]
+  m = negation.compute(Study(), table2_negation.get_config("toy"), cell)
+  assert seen[-1] == ["b", "c"] and "retained" not in m

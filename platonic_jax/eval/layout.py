@@ -80,8 +80,22 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], title: str = 
   return "\n".join(lines) + "\n"
 
 
-def _entry(acc: float, delta: float | None) -> str:
+def entry(acc: float, delta: float | None) -> str:
+  """One table entry: the accuracy in percent and, when given, the change in points."""
   return f"{acc:.2f}" if delta is None else f"{acc:.2f} ({delta:+.1f})"
+
+
+def zero_entries(rows: Sequence[Row]) -> list[str]:
+  """Per column, the mean zero-shot of ``rows``' cells (``entry``)."""
+  return [entry(z, None) for z in np.mean([r.zero_shot for r in rows], axis=0)]
+
+
+def mean_entries(rows: Sequence[Row]) -> list[str]:
+  """Per column, the mean accuracy of ``rows`` and, in brackets, their mean change from each
+  row's own zero-shot (``entry``): what a row of every table prints."""
+  acc = np.mean([r.accuracy for r in rows], axis=0)
+  delta = np.mean([np.subtract(r.accuracy, r.zero_shot) for r in rows], axis=0)
+  return [entry(a, d) for a, d in zip(acc, delta)]
 
 
 def method_tables(rows: Sequence[Row], columns: Sequence[str], *, title: str | None,
@@ -98,14 +112,11 @@ def method_tables(rows: Sequence[Row], columns: Sequence[str], *, title: str | N
     cells = [r for r in block if r.method == base]
     if not cells:
       continue
-    zero = np.mean([r.zero_shot for r in cells], axis=0)
-    body = [["Zero-shot"] + [_entry(z, None) for z in zero] + [str(len(cells))]]
+    body = [["Zero-shot"] + zero_entries(cells) + [str(len(cells))]]
     for method, name in methods.items():
       rs = [r for r in block if r.method == method]
       if rs:
-        acc = np.mean([r.accuracy for r in rs], axis=0)
-        delta = np.mean([np.subtract(r.accuracy, r.zero_shot) for r in rs], axis=0)
-        body.append([name] + [_entry(a, d) for a, d in zip(acc, delta)] + [str(len(rs))])
+        body.append([name] + mean_entries(rs) + [str(len(rs))])
     out.append(md_table(["Method"] + list(columns) + ["cells"], body,
                         f"{label} ({len(cells)} cell{'s' if len(cells) != 1 else ''})",
                         pad=True))

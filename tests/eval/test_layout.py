@@ -1,6 +1,7 @@
-"""Tables 1 and 2 have one text layout (``platonic_jax.eval.layout``): the main job's printed
-tables and the suite's rendered ones are the same text for the same cells, and every row reads
-against the zero-shot of its own cells, with its cell count."""
+"""Tables 1 and 2 have one text layout (``platonic_jax.eval.layout``), and Table 4 (audio
+negation) another: the main job's printed tables and the suite's rendered ones are the same text
+for the same cells. Every row of every table (Tables 3, 17 and 18 too) reads against the
+zero-shot of its own cells, with its cell count."""
 
 from experiments.tables import addition
 from experiments.tables import common as C
@@ -150,3 +151,89 @@ def test_table2_audio_variant_reads_the_other_tasks_as_retained(monkeypatch):
   assert seen[-1] == ["b", "a", "d", "c"] and m["retained"] == ["a", "d"]
   m = negation.compute(Study(), table2_negation.get_config("toy"), cell)
   assert seen[-1] == ["b", "c"] and "retained" not in m
+
+
+def _md_rows(text, title):
+  """{first cells joined by ' / ': the other cells} of the markdown table under ``**title**``."""
+  block = text.split(f"**{title}**")[1].split("\n\n")[1]
+  out = {}
+  for line in block.splitlines()[2:]:
+    cols = [x.strip() for x in line.strip("|").split("|")]
+    n = 2 if cols[1] and not cols[1][0].isdigit() else 1
+    out[" / ".join(cols[:n])] = cols[n:]
+  return out
+
+
+def test_tables_3_and_18_read_each_row_against_its_own_cells():
+  """Three targets whose zero-shots differ: a row over some of them (the compositions from one
+  family, the adapter's subset) prints its change from those targets' zero-shot, not from the
+  mean of all, with its cell count; a composition whose target has no reference yet is left
+  out."""
+  from experiments.tables import heldout
+  zs = {"x": (20.0, 50.0), "y": (40.0, 60.0), "z": (60.0, 70.0)}
+  base = {"alpha": 0.5, "eval_tasks": ["e"], "controls": ["c"], "terms": ["t1", "t2"]}
+  recs = [{"cell": {"kind": "reference", "target": t},
+           "metrics": dict(base, zero_shot={"e": e, "c": c},
+                           oracle={"e": {"e": e + 10.0, "c": c - 1.0}})}
+          for t, (e, c) in zs.items()]
+
+  def comp(tg, sources, assignment, **acc):
+    recs.append({"cell": {"kind": "composition", "target": tg, "sources": sources,
+                          "assignment": assignment},
+                 "metrics": dict(base, accuracy={k: {"e": v[0], "c": v[1]}
+                                                 for k, v in acc.items()})})
+  comp("x", ["z", "z"], heldout.SAME_FAMILY, closed_form=(45.0, 49.0), single_1=(30.0, 50.0))
+  comp("y", ["z", "z"], heldout.SAME_FAMILY, closed_form=(45.0, 59.0), single_1=(40.0, 60.0))
+  comp("z", ["x", "y"], heldout.DISTINCT, closed_form=(70.0, 70.0), single_1=(62.0, 70.0),
+       adapter=(65.0, 69.0))
+  comp("x", ["x", "x"], heldout.WITHIN, closed_form=(35.0, 50.0), single_1=(25.0, 50.0))
+  comp("w", ["x", "x"], heldout.SAME_FAMILY, closed_form=(0.0, 0.0), single_1=(0.0, 0.0))
+  text = heldout.render(recs)
+  assert layout.UNITS[1:] in text and "nan" not in text.lower()
+  t3 = _md_rows(text, "Table 3")
+  assert t3["None / Zero-shot"] == ["40.00", "40.00", "3"]
+  # against x and y (mean 30), not all three (40): +15, not +5
+  assert t3["k1 = k2 / Closed form"] == ["45.00 (+15.0)", "45.00 (+15.0)", "2"]
+  assert t3["k1 ≠ k2 / Closed form"] == ["70.00 (+10.0)", "70.00 (+10.0)", "1"]
+  assert t3[" / Adapter"] == ["65.00 (+5.0)", "65.00 (+5.0)", "1"]
+  assert t3["k1 alone / Closed form"] == ["44.00 (+4.0)", "44.00 (+4.0)", "3"]
+  t18 = _md_rows(text, "Table 18")
+  assert t18["None / Zero-shot"] == ["40.00", "40.00", "60.00", "3"]
+  assert t18["Within-model / Composition"] == ["35.00 (+15.0)", "35.00 (+15.0)", "50.00 (+0.0)",
+                                               "1"]
+  assert t18["Within-model / Oracle (target's own source)"] == [
+      "50.00 (+10.0)", "50.00 (+10.0)", "59.00 (-1.0)", "3"]
+  assert t18["Cross-model, z / Composition"] == ["45.00 (+15.0)", "45.00 (+15.0)",
+                                                 "54.00 (-1.0)", "2"]
+  assert "Cross-model, x" not in text  # w's composition: no reference of w
+
+
+def test_table17_reads_each_row_against_its_own_cells():
+  from experiments.tables import seeds
+  zs = {"x": 20.0, "y": 40.0, "z": 60.0}
+  recs = []
+
+  def cell(seed, tg, sources, kind, a):
+    recs.append({"cell": {"seed": seed, "study": seed == 0, "target": tg, "tasks": ["a", "b"],
+                          "sources": sources, "assignment": kind},
+                 "metrics": {"alpha": 0.5, "controls": ["c"],
+                             "zero_shot": {"a": zs[tg], "b": zs[tg], "c": 50.0},
+                             "accuracy": {"a": a, "b": a, "c": 49.0}}})
+  for seed, shift in ((1, 0.0), (2, 2.0), (0, 1.0)):
+    cell(seed, "z", ["x", "y"], "two_sources", 70.0 + 2 * shift)
+    cell(seed, "x", ["y", "y"], "one_source", 30.0 + shift)
+    cell(seed, "y", ["x", "x"], "one_source", 50.0 + shift)
+  cell(0, "x", ["x", "x"], "own", 25.0)
+  rows = _md_rows(seeds.render(recs), "Table 17: sources fine-tuned at seeds [1, 2]: accuracy "
+                  "in percent, the mean over cells and then over seeds ± the standard deviation "
+                  "over seeds; in brackets, the change in points from the zero-shot of the row's "
+                  "own cells; cells: per seed")
+  assert rows["Zero-shot"] == ["35.00", "35.00", "50.00", "4"]
+  # the two-source cell's target (60), not the mean of all cells (35)
+  assert rows["Two sources, one per task"] == ["72.00 ± 2.00 (+12.0)"] * 2 + [
+      "49.00 ± 0.00 (-1.0)", "1"]
+  assert rows["One source, both tasks"] == ["41.00 ± 1.00 (+11.0)"] * 2 + [
+      "49.00 ± 0.00 (-1.0)", "2"]
+  text = seeds.render(recs)
+  assert "| Target's own sources" not in text  # no repeat seed: the study's row alone
+  assert "|   the study's own sources | 25.00 (+5.0) | 25.00 (+5.0) | 49.00 (-1.0) | 1 |" in text

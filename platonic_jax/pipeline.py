@@ -270,8 +270,10 @@ def audio_rows(records: Sequence[dict], kind: str, groups) -> list:
 
 
 def format_audio_tables(records: Sequence[dict], controls: Sequence[str], *,
-                        alpha: float = 0.5, negation_lambda: float = 1.0) -> str:
-  """The paper's audio-text tables on the audio job's records (``audio_cells``).
+                        alpha: float | None = 0.5,
+                        negation_lambda: float | None = 1.0) -> str:
+  """The paper's audio-text tables on the audio job's records (``audio_cells``); a strength
+  given as None (a report that has only the records) is named without its value.
 
   Table 4 (negation): columns the removed task, the retained task(s) and the controls; a block
   per setting. Table 26 (addition): the composed tasks and the controls over the cross-model
@@ -299,8 +301,8 @@ def format_audio_tables(records: Sequence[dict], controls: Sequence[str], *,
            and r["method"] == "closed_form"]
   if cross:
     tasks = cross[0]["tasks"]
-    lines += ["", f"Table 27: audio addition per cross-model cell, closed form at alpha = "
-              f"{alpha:g}; "
+    at = "alpha" if alpha is None else f"alpha = {alpha:g}"
+    lines += ["", f"Table 27: audio addition per cross-model cell, closed form at {at}; "
               f"{' / '.join(list(tasks) + list(controls))} accuracy % (zero-shot)",
               f"{'Source (' + tasks[0] + ')':<18s}{'Source (' + tasks[1] + ')':<18s}"
               f"{'Target':<10s}Ours"]

@@ -181,22 +181,24 @@ def table2(rows: Sequence[Row], controls: Sequence[str], lam: float | None = Non
                        methods={**METHODS, "weight_space": "Weight-space negation"})
 
 
-def table4(rows: Sequence[Row], controls: Sequence[str], lam: float) -> str:
+def table4(rows: Sequence[Row], controls: Sequence[str], lam: float | None = None) -> str:
   """Table 4 (the paper's audio-text negation), fixed-width text: columns the removed task, the
   retained tasks (the mean over the cell's other tasks: ``grouped_row``), then the controls.
   The adapter and gradient ascent (the suite's, on seeded subsets) each get the zero-shot row
   of their own cells."""
+  at = "lambda" if lam is None else f"lambda = {lam:g}"
   ga = ("; gradient ascent at a fixed budget, not a strength"
         if any(r.method == "gradient_ascent" for r in rows) else "")
   return text_tables(rows, ["Removed", "Retained"] + list(controls),
-                     title=f"Table 4: audio-text negation at lambda = {lam:g}{ga}",
+                     title=f"Table 4: audio-text negation at {at}{ga}",
                      methods=TABLE4_METHODS, subsets=("adapter", "gradient_ascent"))
 
 
 def table26(rows: Sequence[Row], tasks: Sequence[str], controls: Sequence[str],
-            alpha: float) -> str:
+            alpha: float | None = None) -> str:
   """Table 26 (the paper's audio-text addition), fixed-width text: columns the two composed
   ``tasks``, then the controls."""
+  at = "alpha" if alpha is None else f"alpha = {alpha:g}"
   return text_tables(rows, list(tasks) + list(controls),
-                     title=f"Table 26: audio-text addition (closed form at alpha = {alpha:g}, "
-                           "adapter at full strength)", methods=TABLE26_METHODS)
+                     title=f"Table 26: audio-text addition (closed form at {at}, adapter at "
+                           "full strength)", methods=TABLE26_METHODS)

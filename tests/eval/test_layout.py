@@ -237,3 +237,16 @@ def test_table17_reads_each_row_against_its_own_cells():
   text = seeds.render(recs)
   assert "| Target's own sources" not in text  # no repeat seed: the study's row alone
   assert "|   the study's own sources | 25.00 (+5.0) | 25.00 (+5.0) | 49.00 (-1.0) | 1 |" in text
+
+
+def test_report_renders_an_audio_main_jobs_workdir_in_its_table4_layout():
+  """``experiments.report`` on the audio main job's records: Table 4 with "Retained" (the
+  strength unnamed: the records do not hold it), not the image job's Table 2."""
+  from experiments import report
+  _, main = _negation_cells([("same_model", "a", ["b"], {"closed_form": (30.0, 39.0)}, 40.0)])
+  text = report.render_main_job(main, None)
+  assert "```\nTable 4: audio-text negation at lambda; accuracy %" in text
+  assert text.split("Retained")[1].split()[:1] == ["c"] and "Table 2" not in text
+  for r in main:
+    del r["retained_tasks"]
+  assert "Table 2: negation" in report.render_main_job(main, None)

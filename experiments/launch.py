@@ -1,7 +1,7 @@
-"""What the launchers that run the main job's config share (``experiments.main``,
-``transfer_anatomy``, ``strength_frontier``, ``adapter_holdout``), and the multi-process
-start-up of every launcher (``define_distributed_flags`` + ``start_distributed``). Importing it
-defines no flags, so any launcher may import it.
+"""What the launchers that run the main job's config share (``experiments.main`` and the
+studies ``experiments.studies.transfer_anatomy``, ``strength_frontier``, ``adapter_holdout``),
+and the multi-process start-up of every launcher (``define_distributed_flags`` +
+``start_distributed``). Importing it defines no flags, so any launcher may import it.
 """
 
 import os
@@ -140,10 +140,11 @@ def build_world(cfg, log: Callable[[str], None] | None = None):
 
 def prepare(cfg, who: str, log: Callable[[str], None]):
   """``(world, pipeline.Prepared)``: the main job's embeddings, sources and operators (its
-  engine's ``Study`` in ``.study``) for a launcher that compares
-  families (``transfer_anatomy``, ``strength_frontier``). Refuses, before building anything,
-  what ``configure`` refuses and a config with fewer than two families (no cross-model cell to
-  read); then the compilation cache, the world, the embeddings, fine-tunes and operators."""
+  engine's ``Study`` in ``.study``) for a launcher that compares families
+  (``studies.transfer_anatomy``, ``studies.strength_frontier``). Refuses, before building
+  anything, what ``configure`` refuses and a config with fewer than two families (no
+  cross-model cell to read); then the compilation cache, the world, the embeddings, fine-tunes
+  and operators."""
   from platonic_jax import pipeline
 
   configure(cfg, who)

@@ -13,8 +13,8 @@ strength results, Figure 2), and the corrupt examples the runs left out (the ``s
 beside each results file, ``data.skip_corrupt``). OUT defaults to the first RESULTS'
 directory. A file mixing records of several config hashes is an error unless
 ``--config_hash`` picks one. A main job's workdir (``experiments.main`` on the toy world)
-renders as its Table 1 and Table 2 layouts with the retention ratios and the method options it
-departed on (its ``summary.json``). Rendering reads only the records: no model, dataset or
+renders as its Table 1 and Table 2 layouts (the audio world's: its Tables 4, 26 and 27) with
+the retention ratios and the method options it departed on (its ``summary.json``). Rendering reads only the records: no model, dataset or
 accelerator is needed.
 """
 
@@ -60,15 +60,22 @@ def main_job_records(p: str) -> list[dict] | None:
 
 
 def render_main_job(records: Sequence[dict], summary: dict | None) -> str:
-  """The main job's Table 1 and Table 2 layouts (``pipeline.format_tables``) with, where its
-  ``summary.json`` is there, the retention ratios and the method options it departed on."""
-  from platonic_jax.pipeline import format_tables
+  """The main job's Table 1 and Table 2 layouts (``pipeline.format_tables``; the audio main
+  job's, whose negation records name retained tasks: its Table 4, 26 and 27 layouts,
+  ``pipeline.format_audio_tables``, fenced) with, where its ``summary.json`` is there, the
+  retention ratios and the method options it departed on."""
+  from platonic_jax.pipeline import format_audio_tables, format_tables
   cell = records[0]
-  controls = [t for t in cell["accuracy"] if t not in cell["tasks"]]
+  controls = [t for t in cell["accuracy"]
+              if t not in cell["tasks"] and t not in cell.get("retained_tasks", ())]
   if summary and sorted(summary.get("controls", [])) == sorted(controls):
     controls = list(summary["controls"])  # the order the job printed its columns in
-  parts = [f"## main job ({len(records)} records)\n", format_tables(records, controls).strip(),
-           ""]
+  if any("retained_tasks" in r for r in records):  # the records hold no strength: unnamed
+    text = ("```\n" + format_audio_tables(records, controls, alpha=None,
+                                           negation_lambda=None).strip() + "\n```")
+  else:
+    text = format_tables(records, controls).strip()
+  parts = [f"## main job ({len(records)} records)\n", text, ""]
   if summary:
     for k in ("oracle_retention", "consensus_retention"):
       if k in summary:

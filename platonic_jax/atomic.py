@@ -245,6 +245,40 @@ def staged_dir(final: str, *, replace: bool = False, create: bool = True) -> Ite
       shutil.rmtree(tmp, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def staged_into(final: str, *, last: Sequence[str] = ()) -> Iterator[str]:
+  """Yields a temporary directory to fill with the entries of directory ``final`` (an export
+  whose file names its writers choose); on a clean exit publishes them. An absent ``final``
+  becomes the temporary in one rename (beside it); into an existing directory (the temporary is
+  made inside it) each entry moves by its own rename, those named in ``last`` after the others
+  (the entry that marks the set complete: a checkpoint's weights), and entries of ``final`` not
+  written are left alone. An entry blocked by a directory of its name is a FileExistsError
+  before anything moves. On an error (in the body or publishing) the temporary is removed and
+  ``final`` keeps what it had, but for entries already moved."""
+  final = os.path.abspath(os.fspath(final))
+  exists = os.path.isdir(final)
+  parent = final if exists else os.path.dirname(final)
+  os.makedirs(parent, exist_ok=True)
+  tmp = os.path.join(parent, temp_name("tmp"))
+  os.makedirs(tmp)
+  try:
+    yield tmp
+    if not exists:
+      os.replace(tmp, final)
+      return
+    names = sorted(os.listdir(tmp), key=lambda n: (n in last, n))
+    blocked = [n for n in names if os.path.isdir(os.path.join(final, n))]
+    if blocked:
+      raise FileExistsError(f"cannot write {blocked} into {final}: directories of those names "
+                            "are in the way")
+    for name in names:
+      os.replace(os.path.join(tmp, name), os.path.join(final, name))
+    os.rmdir(tmp)
+  finally:
+    if os.path.exists(tmp):
+      shutil.rmtree(tmp, ignore_errors=True)
+
+
 def remove_dir(path: str) -> None:
   """Removes directory ``path`` atomically for readers (renamed to a ``.trash-...`` temporary
   first, then deleted): FileNotFoundError if absent."""

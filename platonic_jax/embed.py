@@ -20,6 +20,7 @@ import numpy as np
 from flax import nnx
 
 from platonic_jax import kernels
+from platonic_jax.core.batches import bucketed
 from platonic_jax.core.descriptor import l2_normalize
 from platonic_jax.models import layers
 from platonic_jax.models.dual_encoder import DualEncoder
@@ -107,54 +108,33 @@ def _progress(total: int, enabled: bool, desc: str):
   return progress.bar(total, f"embed {desc}", unit="ex")
 
 
-def _host_batches(arrays: Sequence[np.ndarray], n: int, batch: int, rows=(0, None)):
-  """``(chunk, valid rows)`` per global batch of ``batch`` rows: this process's rows
-  ``[rows[0], rows[1])`` of each (default: all of them) of ``arrays``; rows past the end (the
-  final partial batch's padding to the bucket) are copies of the last row, a valid input of
-  every kind (a NaFlex image's shape included), dropped after the forward. Only the rows a
-  process feeds are indexed, so a memory-mapped split is read only in this process's part."""
-  lo, hi = rows[0], batch if rows[1] is None else rows[1]
-  for start in range(0, n, batch):
-    stop = min(start + batch, n)
-    if lo == 0 and hi == batch:  # one process: plain slices (a copy only to pad)
-      chunk = []
-      for a in arrays:
-        part = a[start:stop]
-        if stop - start < batch:
-          part = np.concatenate([part, np.repeat(part[-1:], batch - (stop - start), axis=0)])
-        chunk.append(part)
-    else:
-      idx = np.minimum(np.arange(start + lo, start + hi), n - 1)
-      chunk = [np.asarray(a[idx]) for a in arrays]
-    yield chunk, stop - start
-
-
 def _run_batches(fn: Callable, state, arrays: Sequence[np.ndarray], n: int, batch: int, mesh,
                  progress: bool, desc: str) -> np.ndarray:
-  """Runs ``fn`` over global batches of ``batch`` rows. When the mesh spans several processes
-  each process feeds only its rows (``mesh.process_rows``) through
-  ``jax.make_array_from_process_local_data`` and every process gets the whole result (gathered
-  per batch)."""
+  """Runs ``fn`` over global batches of ``batch`` rows: the bucketed loop
+  (``core.batches.bucketed``), each batch put on the devices before the previous one's
+  computation is dispatched. When the mesh spans several processes each process feeds only its
+  rows (``mesh.process_rows``) through ``jax.make_array_from_process_local_data`` and every
+  process gets the whole result (gathered per batch)."""
   sharding = mesh_lib.batch_sharding(mesh)
   multiprocess = not sharding.is_fully_addressable
-  rows, put_fn = (0, None), None
+  rows, put_fn = None, None
   if multiprocess:
     rows = mesh_lib.process_rows(mesh, batch)
     put_fn = lambda chunk: [mesh_lib.host_local_batch(mesh, c, batch) for c in chunk]
   bar = _progress(n, progress, desc)
-  outs = []
-  # Batch i+1 is on its way to the devices before batch i's computation is dispatched.
-  for chunk, k in mesh_lib.prefetch_to_device(_host_batches(arrays, n, batch, rows), 2, sharding,
-                                              leaves=lambda item: item, put_fn=put_fn):
-    outs.append((fn(state, *chunk), k))
-    if bar is not None:
-      bar.update(k)
+
+  def join(outs):  # the padding rows dropped on the host, after every batch is dispatched
+    if multiprocess:
+      from platonic_jax.parallel import distributed
+      return np.concatenate([distributed.allgather_rows(o)[:k] for o, k in outs])
+    return np.concatenate([np.asarray(o)[:k] for o, k in outs])
+  out = bucketed(lambda chunk: fn(state, *chunk), list(arrays), batch, n, rows=rows,
+                 feed=lambda chunks: mesh_lib.prefetch_to_device(
+                     chunks, 2, sharding, leaves=lambda item: item, put_fn=put_fn),
+                 progress=None if bar is None else bar.update, join=join)
   if bar is not None:
     bar.close()
-  if multiprocess:
-    from platonic_jax.parallel import distributed
-    return np.concatenate([distributed.allgather_rows(o)[:k] for o, k in outs])
-  return np.concatenate([np.asarray(o)[:k] for o, k in outs])
+  return out
 
 
 def _image_inputs(model: DualEncoder) -> tuple[str, ...]:

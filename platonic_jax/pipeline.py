@@ -258,76 +258,51 @@ def choose_audio_adapter_cells(models: Sequence[str], names: Sequence[str], n: i
   return {"addition": list(dict.fromkeys(add)), "negation": list(dict.fromkeys(neg))}
 
 
-def _audio_row(name: str, rs: Sequence[dict], cols, zero: bool = False) -> str:
-  """One row of ``format_audio_tables``: per column (a function record -> task names whose
-  mean it reads) the mean accuracy and, in brackets, the mean change from zero-shot."""
-  acc, delta = [], []
-  for r in rs:
-    a, d = [], []
-    for col in cols:
-      keys = col(r)
-      a.append(np.mean([r["accuracy"][t] - (r["delta"][t] if zero else 0.0) for t in keys]))
-      d.append(np.mean([0.0 if zero else r["delta"][t] for t in keys]))
-    acc.append(a)
-    delta.append(d)
-  a, d = np.mean(np.asarray(acc), axis=0), np.mean(np.asarray(delta), axis=0)
-  vals = [f"{x:17.2f}" if zero else f"{x:9.2f} ({y:+5.1f})" for x, y in zip(a, d)]
-  return f"{name:<26s}" + "".join(f"{v:>17s}" for v in vals) + f"{len(rs):7d}"
+def audio_rows(records: Sequence[dict], kind: str, groups) -> list:
+  """``layout.Row``s of the audio job's records of ``kind``, one per record: column ``i`` the
+  mean over the task names ``groups[i](record)`` (``layout.grouped_row``), against the record's
+  zero-shot (its accuracy less its change)."""
+  from platonic_jax.eval import layout
+  return [layout.grouped_row(r["setting"], r["method"], r["accuracy"],
+                             {t: r["accuracy"][t] - r["delta"][t] for t in r["accuracy"]},
+                             [g(r) for g in groups])
+          for r in records if r["kind"] == kind]
 
 
 def format_audio_tables(records: Sequence[dict], controls: Sequence[str], *,
-                        alpha: float = 0.5, negation_lambda: float = 1.0) -> str:
-  """The paper's audio-text tables on the audio job's records (``audio_cells``).
+                        alpha: float | None = 0.5,
+                        negation_lambda: float | None = 1.0) -> str:
+  """The paper's audio-text tables on the audio job's records (``audio_cells``); a strength
+  given as None (a report that has only the records) is named without its value.
 
   Table 4 (negation): columns the removed task, the retained task(s) and the controls; a block
   per setting. Table 26 (addition): the composed tasks and the controls over the cross-model
   cells (two distinct sources onto a third with ``distinct_sources``), and the same-model cells
-  beside it. Entries as ``format_tables``: mean accuracy in percent and, in brackets, the change
-  from the zero-shot of the row's own cells; "Zero-shot, adapter runs" is the zero-shot of the
-  adapter's cells. Table 27: each cross-model closed-form addition cell, its accuracies on the
-  two tasks and the controls (zero-shot in brackets).
+  beside it. Both in the layout every experiment prints them in (``layout.table4`` and
+  ``layout.table26``): mean accuracy in percent and, in brackets, the change from the zero-shot
+  of the row's own cells; "Zero-shot, adapter runs" is the zero-shot of the adapter's cells.
+  Table 27: each cross-model closed-form addition cell, its accuracies on the two tasks and the
+  controls (zero-shot in brackets).
   """
-  names = {"weight_space": "Weight-space arithmetic", "closed_form": "Ours, closed form",
-           "consensus": "Ours, consensus", "adapter": "Ours, adapter", "oracle": "Oracle",
-           "random_utd": "Random-UTD"}
-  settings = (("same_model", "Source and target are the same model"),
-              ("cross_model", "Source and target are different models"))
+  from platonic_jax.eval import layout
   ctrl = [(lambda r, c=c: [c]) for c in controls]
+  negation = audio_rows(records, "negation", [lambda r: r["tasks"][:1],
+                                              lambda r: r.get("retained_tasks") or r["tasks"][:1]]
+                        + ctrl)
+  addition = audio_rows(records, "addition", [lambda r: r["tasks"][:1],
+                                              lambda r: r["tasks"][1:2]] + ctrl)
+  tasks = next((list(r["tasks"]) for r in records if r["kind"] == "addition"),
+               ["Task A", "Task B"])
   lines = []
-  for kind, title, heads, cols, order in (
-      ("negation", f"Table 4: audio-text negation at lambda = {negation_lambda:g}",
-       ["Removed", "Retained"], [lambda r: r["tasks"][:1], lambda r: r.get("retained_tasks")
-                                 or r["tasks"][:1]],
-       ("closed_form", "consensus", "adapter", "weight_space", "oracle", "random_utd")),
-      ("addition", f"Table 26: audio-text addition (closed form at alpha = {alpha:g}, adapter "
-       "at full strength)",
-       next((list(r["tasks"]) for r in records if r["kind"] == "addition"), ["Task A", "Task B"]),
-       [lambda r: r["tasks"][:1], lambda r: r["tasks"][1:2]],
-       ("random_utd", "closed_form", "consensus", "oracle", "weight_space", "adapter"))):
-    lines += ["", title + "; accuracy % (change in points from the zero-shot of the row's own "
-              "cells)"]
-    header = (f"{'Method':<26s}" + "".join(f"{c:>17s}" for c in heads + list(controls))
-              + f"{'cells':>7s}")
-    for setting, label in settings:
-      base = [r for r in records if r["kind"] == kind and r["setting"] == setting
-              and r["method"] == "closed_form"]
-      if not base:
-        continue
-      lines += [label, header, _audio_row("Zero-shot", base, cols + ctrl, zero=True)]
-      for method in order:
-        rs = [r for r in records if r["kind"] == kind and r["setting"] == setting
-              and r["method"] == method]
-        if not rs:
-          continue
-        if method == "adapter":
-          lines.append(_audio_row("Zero-shot, adapter runs", rs, cols + ctrl, zero=True))
-        lines.append(_audio_row(names[method], rs, cols + ctrl))
+  for text in (layout.table4(negation, controls, negation_lambda),
+               layout.table26(addition, tasks, controls, alpha)):
+    lines += ["", text] if text else []
   cross = [r for r in records if r["kind"] == "addition" and r["setting"] == "cross_model"
            and r["method"] == "closed_form"]
   if cross:
     tasks = cross[0]["tasks"]
-    lines += ["", f"Table 27: audio addition per cross-model cell, closed form at alpha = "
-              f"{alpha:g}; "
+    at = "alpha" if alpha is None else f"alpha = {alpha:g}"
+    lines += ["", f"Table 27: audio addition per cross-model cell, closed form at {at}; "
               f"{' / '.join(list(tasks) + list(controls))} accuracy % (zero-shot)",
               f"{'Source (' + tasks[0] + ')':<18s}{'Source (' + tasks[1] + ')':<18s}"
               f"{'Target':<10s}Ours"]

@@ -72,6 +72,38 @@ def test_publish_first_wins_or_replaces(tmp_path):
     atomic.remove_dir(final)
 
 
+def test_staged_into_a_new_or_an_existing_directory(tmp_path, monkeypatch):
+  """A new directory appears in one rename; into an existing one each entry moves by its own
+  rename, ``last`` last, others' files untouched; a blocking directory or an error moves
+  nothing and leaves no temporary."""
+  final = tmp_path / "export"
+  with atomic.staged_into(str(final)) as tmp:
+    assert os.path.dirname(tmp) == str(tmp_path)
+    open(os.path.join(tmp, "w"), "w").write("1")
+  assert os.listdir(tmp_path) == ["export"] and os.listdir(final) == ["w"]
+  (final / "notes").write_text("mine")
+  moved = []
+  real = os.replace
+  monkeypatch.setattr(os, "replace", lambda a, b: moved.append(os.path.basename(b)) or real(a, b))
+  with atomic.staged_into(str(final), last=("a",)) as tmp:
+    assert os.path.dirname(tmp) == str(final)  # the same file system as the entries
+    for name in ("w", "b", "a"):
+      open(os.path.join(tmp, name), "w").write("2")
+  assert moved == ["b", "w", "a"] and sorted(os.listdir(final)) == ["a", "b", "notes", "w"]
+  assert (final / "w").read_text() == "2" and (final / "notes").read_text() == "mine"
+  (final / "d").mkdir()
+  with pytest.raises(FileExistsError, match=r"cannot write \['d'\] into .*export: directories"):
+    with atomic.staged_into(str(final)) as tmp:
+      open(os.path.join(tmp, "a"), "w").write("3")
+      open(os.path.join(tmp, "d"), "w").write("3")
+  with pytest.raises(RuntimeError):
+    with atomic.staged_into(str(final)) as tmp:
+      open(os.path.join(tmp, "a"), "w").write("4")
+      raise RuntimeError("killed mid-write")
+  assert sorted(os.listdir(final)) == ["a", "b", "d", "notes", "w"]
+  assert (final / "a").read_text() == "2"
+
+
 def test_only_stale_temporaries_are_cleaned(tmp_path):
   dead = subprocess.Popen([sys.executable, "-c", "pass"])
   dead.wait()

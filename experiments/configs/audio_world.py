@@ -1,7 +1,8 @@
 """The embedded audio world: procedural clips, captions, seven tasks, three tiny CLAP families.
 
-    python -m experiments.probe_audio_world
-    python -m experiments.probe_audio_world --config=experiments/configs/audio_world.py:micro
+    python -m experiments.studies.probe_audio_world
+    python -m experiments.studies.probe_audio_world \\
+        --config=experiments/configs/audio_world.py:micro
 
 ``get_config()`` is the audio main job's world: three CLAP families (HTSAT audio tower +
 RoBERTa text tower, ``platonic_jax.models.clap``) of different widths, depths and patchings;

@@ -56,8 +56,9 @@ Fields:
     of each kind; at 4 every target had one setting only (clip-a and clip-c same-model, clip-b
     and siglip-d cross-model). 300 steps at lr 1e-2 (batch 32) is the recipe METHOD's
     label-free criterion picks, the reproduction error on held-out probes (``python -m
-    experiments.adapter_holdout --recipes=150:2e-3,150:2e-2,300:1e-2,300:2e-2,600:2e-2``: each
-    term fitted on 80 % of its probes, the error read on the other 20 %;
+    experiments.studies.adapter_holdout
+    --recipes=150:2e-3,150:2e-2,300:1e-2,300:2e-2,600:2e-2``: each term fitted on 80 % of its
+    probes, the error read on the other 20 %;
     docs/results/main_job.md, and docs/results/lookalike_world.md for the look-alike world's
     pick).
     keep: the weight of the adapter's off-span penalty (``platonic_jax.core.adapter``; not in

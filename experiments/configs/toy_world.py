@@ -1,7 +1,7 @@
 """The embedded toy world: procedural images, captions, ten tasks, four tiny dual encoders.
 
-    python -m experiments.probe_world --config=experiments/configs/toy_world.py
-    python -m experiments.probe_world --config=experiments/configs/toy_world.py:micro
+    python -m experiments.studies.probe_world --config=experiments/configs/toy_world.py
+    python -m experiments.studies.probe_world --config=experiments/configs/toy_world.py:micro
 
 ``get_config()`` is the main job's world less its twin (below): three CLIP families and one
 SigLIP family (pretraining all four, cold, takes about 10 minutes on a 2-core CPU; cached

@@ -59,10 +59,9 @@ def cells(study, config) -> list[dict]:
 def _teacher(study, source, t, sign):
   """(n, C) centred affinities of the source after its fine-tune (sign +1) or with the change
   removed (sign -1): ``A_pre H_C + sign U`` on its own grid."""
+  from platonic_jax.core.descriptor import l2_normalize_np
   e = study.emb(source, t)
-  Z = e.probes / np.linalg.norm(e.probes, axis=1, keepdims=True)
-  G = e.G / np.linalg.norm(e.G, axis=1, keepdims=True)
-  A = Z @ G.T
+  A = l2_normalize_np(e.probes, axis=1) @ l2_normalize_np(e.G, axis=1).T
   A = A - A.mean(axis=1, keepdims=True)
   return A + sign * np.asarray(study.descriptor(source, t).only.U)
 

@@ -75,72 +75,77 @@ def compute(study, config, cell) -> dict:
   return dict(base, accuracy=acc)
 
 
-def _row(accs, evals):
+def _row(accs, evals, controls=()):
   vals = [accs[t] for t in evals]
-  return vals + [sum(vals) / len(vals)]
+  return vals + [sum(vals) / len(vals)] + [accs[c] for c in controls]
 
 
 def render(records) -> str:
+  """Tables 3 and 18. Every row reads against the zero-shot of its own cells (each composition
+  against its target's reference cell; a composition whose target has no reference record yet
+  is left out), in the layout of ``platonic_jax.eval.layout``: the mean accuracy in percent, in
+  brackets the mean change in points, and the row's cell count."""
+  from platonic_jax.eval import layout
   refs = [r for r in records if r["cell"]["kind"] == "reference"]
-  comps = [r for r in records if r["cell"]["kind"] == "composition"]
   if not refs:
     return ""
+  zero = {r["cell"]["target"]: r["metrics"]["zero_shot"] for r in refs}
+  comps = [r for r in records if r["cell"]["kind"] == "composition" and r["cell"]["target"] in zero]
   m0 = refs[0]["metrics"]
   evals, controls = m0["eval_tasks"], [c for c in m0["controls"] if c not in m0["eval_tasks"]]
 
-  def mean_rows(rs, get, with_controls=False):
-    vals = []
-    for r in rs:
-      accs = get(r)
-      if accs is None:
-        continue
-      v = _row(accs, evals)
-      vals.append(v + ([accs[c] for c in controls] if with_controls else []))
-    return [C.fmt(x) for x in C.column_means(vals)] if vals else None, len(vals)
+  def rows_of(rs, get, ctrl=()):
+    """``layout.Row``s of the records ``rs`` that ran ``get`` (their accuracies; None: not run):
+    the evaluation tasks, their mean, then ``ctrl``, against the target's zero-shot."""
+    return [layout.Row("", "", _row(get(r), evals, ctrl),
+                       _row(zero[r["cell"]["target"]], evals, ctrl))
+            for r in rs if get(r) is not None]
 
+  def line(label, name, rows):
+    return [label, name] + layout.mean_entries(rows) + [str(len(rows))]
+  t1, t2 = m0["terms"]
+  out = [f"### Tables 3 and 18: composition of {t1} + {t2} evaluated on tasks that enter no fit "
+         f"(closed form at alpha = {m0['alpha']:g}, adapter at full strength)\n\n"
+         f"{layout.UNITS[0].upper() + layout.UNITS[1:]}; Mean: over the evaluation tasks.\n"]
   # Table 3
-  rows = []
-  zs, _ = mean_rows(refs, lambda r: r["metrics"]["zero_shot"])
-  rows.append(["None", "Zero-shot"] + zs)
+  refs_rows = rows_of(refs, lambda r: r["metrics"]["zero_shot"])
+  rows = [["None", "Zero-shot"] + layout.zero_entries(refs_rows) + [str(len(refs_rows))]]
   for a, label in ((SAME_FAMILY, "k1 = k2"), (DISTINCT, "k1 ≠ k2")):
     rs = [r for r in comps if r["cell"]["assignment"] == a]
     for method, route in (("closed_form", "Closed form"), ("adapter", "Adapter")):
-      vals, n = mean_rows(rs, lambda r: r["metrics"]["accuracy"].get(method))
-      if vals:
-        rows.append([label if route == "Closed form" else "", f"{route} [{n}]"] + vals)
-  cross = [r for r in comps if r["cell"]["assignment"] != WITHIN]
-  vals, n = mean_rows(cross, lambda r: r["metrics"]["accuracy"]["single_1"])
-  if vals:
-    rows.append(["k1 alone", f"Closed form [{n}]"] + vals)
-  t1, t2 = m0["terms"]
-  out = [f"### Tables 3 and 18: composition of {t1} + {t2} evaluated on tasks that enter no fit, "
-         f"in percent (closed form at alpha = {m0['alpha']:g}, adapter at full strength; "
-         "[n] = cells)\n",
-         C.md_table(["Assignment", "Route"] + evals + ["Mean"], rows, "Table 3")]
+      got = rows_of(rs, lambda r: r["metrics"]["accuracy"].get(method))
+      if got:
+        rows.append(line(label if route == "Closed form" else "", route, got))
+  got = rows_of([r for r in comps if r["cell"]["assignment"] != WITHIN],
+                lambda r: r["metrics"]["accuracy"]["single_1"])
+  if got:
+    rows.append(line("k1 alone", "Closed form", got))
+  out.append(C.md_table(["Assignment", "Route"] + evals + ["Mean", "cells"], rows, "Table 3"))
   # Table 18
-  rows = []
-  zs, _ = mean_rows(refs, lambda r: r["metrics"]["zero_shot"], True)
-  rows.append(["None", "Zero-shot"] + zs)
+  refs_rows = rows_of(refs, lambda r: r["metrics"]["zero_shot"], controls)
+  rows = [["None", "Zero-shot"] + layout.zero_entries(refs_rows) + [str(len(refs_rows))]]
   within = [r for r in comps if r["cell"]["assignment"] == WITHIN]
   for key, label in (("closed_form", "Composition"), ("single_1", f"Single {t1}")):
-    vals, _ = mean_rows(within, lambda r: r["metrics"]["accuracy"][key], True)
-    if vals:
-      rows.append(["Within-model", label] + vals)
-  oracle_vals = []
+    got = rows_of(within, lambda r: r["metrics"]["accuracy"][key], controls)
+    if got:
+      rows.append(line("Within-model", label, got))
+  oracle = []
   for r in refs:
     o = r["metrics"]["oracle"]
     v = [o[e][e] for e in evals]
-    oracle_vals.append(v + [sum(v) / len(v)]
-                       + [C.mean(o[e][c] for e in evals) for c in controls])
-  rows.append(["Within-model", "Oracle (target's own source)"]
-              + [C.fmt(x) for x in C.column_means(oracle_vals)])
-  for fam in sorted({r["cell"]["sources"][0] for r in comps if r["cell"]["assignment"] == SAME_FAMILY}):
-    rs = [r for r in comps if r["cell"]["assignment"] == SAME_FAMILY and r["cell"]["sources"][0] == fam]
-    vals, _ = mean_rows(rs, lambda r: r["metrics"]["accuracy"]["closed_form"], True)
-    rows.append([f"Cross-model, {fam}", "Composition"] + vals)
-  rs = [r for r in comps if r["cell"]["assignment"] == DISTINCT]
-  if rs:
-    vals, _ = mean_rows(rs, lambda r: r["metrics"]["accuracy"]["closed_form"], True)
-    rows.append(["Cross-model, two families", "Composition"] + vals)
-  out.append(C.md_table(["Assignment", "Method"] + evals + ["Mean"] + controls, rows, "Table 18"))
+    oracle.append(layout.Row("", "", v + [sum(v) / len(v)]
+                             + [C.mean(o[e][c] for e in evals) for c in controls],
+                             _row(zero[r["cell"]["target"]], evals, controls)))
+  rows.append(line("Within-model", "Oracle (target's own source)", oracle))
+  one = [r for r in comps if r["cell"]["assignment"] == SAME_FAMILY]
+  for fam in sorted({r["cell"]["sources"][0] for r in one}):
+    got = rows_of([r for r in one if r["cell"]["sources"][0] == fam],
+                  lambda r: r["metrics"]["accuracy"]["closed_form"], controls)
+    rows.append(line(f"Cross-model, {fam}", "Composition", got))
+  got = rows_of([r for r in comps if r["cell"]["assignment"] == DISTINCT],
+                lambda r: r["metrics"]["accuracy"]["closed_form"], controls)
+  if got:
+    rows.append(line("Cross-model, two families", "Composition", got))
+  out.append(C.md_table(["Assignment", "Method"] + evals + ["Mean"] + controls + ["cells"], rows,
+                        "Table 18"))
   return "\n".join(out)

@@ -5,7 +5,12 @@ oracle on cross-model cells, weight-space negation on same-model cells, the adap
 seeded subset, and gradient ascent on the task's labels (a target-side baseline with no source
 axis, run on a seeded subset of same-model cells when ``gradient_ascent.cells`` is not 0).
 
-Config fields: targets / sources, settings, gradient_ascent (steps, lr, batch, cells).
+With ``retained`` (the audio variant's, the paper's audio-text Table 4) each cell also reads the
+study's other downstream tasks, which a negation should leave alone: rendered as Table 4 (the
+"Retained" column) in the layout the audio main job prints it in (``layout.table4``).
+
+Config fields: targets / sources, settings, gradient_ascent (steps, lr, batch, cells),
+retained (audio variant only).
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ def compute(study, config, cell) -> dict:
   from platonic_jax.study import adapter_kwargs, cell_accuracies
   tg, (t,), (s,) = cell["target"], cell["tasks"], cell["sources"]
   lam = config.negation_lambda
-  evals = [t] + list(study.controls)
+  retained = [u for u in study.downstream if u != t] if config.get("retained", False) else []
+  evals = [t] + retained + list(study.controls)
   acc = cell_accuracies(study, tg, (t,), (s,), evals, -lam, weight_space_lambda=-lam,
                         adapter=adapter_kwargs(config) if cell["adapter"] else None)
   if cell["gradient_ascent"]:
@@ -47,15 +53,37 @@ def compute(study, config, cell) -> dict:
         study.model(tg), study.pixels(tg, task.train[0]), task.train[1], study.emb(tg, t).G,
         steps=ga.steps, lr=ga.lr, batch=ga.batch, rank=config.adapter.rank, seed=config.seed)
     acc["gradient_ascent"] = study.model_accuracy(model, tg, evals)
-  return {"lambda": lam, "eval": evals, "controls": list(study.controls),
-          "zero_shot": {u: study.zero_shot(tg, u) for u in evals}, "accuracy": acc,
-          "route": study.route(tg)}
+  out = {"lambda": lam, "eval": evals, "controls": list(study.controls),
+         "zero_shot": {u: study.zero_shot(tg, u) for u in evals}, "accuracy": acc,
+         "route": study.route(tg)}
+  if config.get("retained", False):
+    out["retained"] = retained
+  return out
+
+
+def table4_rows(records) -> list:
+  """``layout.Row``s of cell records that read retained tasks, one per (cell, method): the
+  removed task, the mean of the retained tasks (the removed one where there are none), then the
+  controls, against the cell's zero-shot."""
+  from platonic_jax.eval import layout
+  out = []
+  for r in records:
+    m = r["metrics"]
+    groups = ([r["cell"]["tasks"][:1], m["retained"] or r["cell"]["tasks"][:1]]
+              + [[c] for c in m["controls"]])
+    out += [layout.grouped_row(r["cell"]["setting"], method, accs, m["zero_shot"], groups)
+            for method, accs in m["accuracy"].items()]
+  return out
 
 
 def render(records) -> str:
-  """Table 2 in the layout every experiment prints it in (``platonic_jax.eval.layout``)."""
+  """Table 2 in the layout every experiment prints it in (``platonic_jax.eval.layout``); with
+  retained tasks (the audio variant), Table 4 in the audio main job's layout (fixed-width text,
+  fenced)."""
   from platonic_jax.eval import layout
   if not records:
     return ""
-  return layout.table2(C.layout_rows(records), records[0]["metrics"]["controls"],
-                       records[0]["metrics"]["lambda"])
+  m = records[0]["metrics"]
+  if "retained" in m:
+    return "```\n" + layout.table4(table4_rows(records), m["controls"], m["lambda"]) + "\n```\n"
+  return layout.table2(C.layout_rows(records), m["controls"], m["lambda"])

@@ -12,6 +12,8 @@ Config fields: seeds, tasks, targets / sources.
 
 from __future__ import annotations
 
+import numpy as np
+
 from experiments.tables import common as C
 
 NAME = "seeds"
@@ -66,30 +68,38 @@ def compute(study, config, cell) -> dict:
 
 
 def render(records) -> str:
+  """Table 17. Every row reads against the zero-shot of its own cells: per column the mean over
+  cells, then over seeds (± the standard deviation over seeds), in brackets the mean change in
+  points from the cells' zero-shot (``platonic_jax.eval.layout``), and the cells per seed."""
+  from platonic_jax.eval import layout
   if not records:
     return ""
   a, b = records[0]["cell"]["tasks"]
   cols = [a, b] + records[0]["metrics"]["controls"]
-  zs = C.column_means([[r["metrics"]["zero_shot"][c] for c in cols] for r in records])
-  rows = [["Zero-shot"] + [C.fmt(v) for v in zs]]
+  row = lambda r: layout.Row("", "", [r["metrics"]["accuracy"][c] for c in cols],
+                             [r["metrics"]["zero_shot"][c] for c in cols])
+  distinct = {(r["cell"]["target"], tuple(r["cell"]["sources"])): r for r in records}
+  cells = [row(r) for r in distinct.values()]  # a cell's zero-shot is the same at every seed
+  rows = [["Zero-shot"] + layout.zero_entries(cells) + [str(len(cells))]]
   for kind, label in KINDS:
     rs = [r for r in records if r["cell"]["assignment"] == kind]
     if not rs:
       continue
     repeats = sorted({r["cell"]["seed"] for r in rs if not r["cell"]["study"]})
-    per_seed = [C.column_means([[r["metrics"]["accuracy"][c] for c in cols]
-                                for r in rs if r["cell"]["seed"] == s]) for s in repeats]
-    n = len([r for r in rs if r["cell"]["seed"] == repeats[0]]) if repeats else 0
+    per_seed = [[row(r) for r in rs if r["cell"]["seed"] == s] for s in repeats]
     if per_seed:
-      rows.append([f"{label} ({n} cells)"]
-                  + [f"{C.fmt(C.mean(v[i] for v in per_seed))} ± {C.fmt(C.std(v[i] for v in per_seed))}"
-                     for i in range(len(cols))])
-    own = [r for r in rs if r["cell"]["study"]]
+      acc = np.array([np.mean([x.accuracy for x in p], axis=0) for p in per_seed])
+      delta = np.array([np.mean([np.subtract(x.accuracy, x.zero_shot) for x in p], axis=0)
+                        for p in per_seed])
+      rows.append([label] + [f"{C.fmt(m)} ± {C.fmt(sd)} ({d:+.1f})" for m, sd, d in
+                             zip(acc.mean(axis=0), acc.std(axis=0), delta.mean(axis=0))]
+                  + [str(len(per_seed[0]))])
+    own = [row(r) for r in rs if r["cell"]["study"]]
     if own:
-      rows.append(["  the study's own sources"]
-                  + [C.fmt(v) for v in C.column_means([[r["metrics"]["accuracy"][c] for c in cols]
-                                                       for r in own])])
+      rows.append(["  the study's own sources"] + layout.mean_entries(own) + [str(len(own))])
   seeds = sorted({r["cell"]["seed"] for r in records if not r["cell"]["study"]})
-  return C.md_table([f"Addition at α = {records[0]['metrics']['alpha']:g}"] + cols, rows,
-                    f"Table 17: sources fine-tuned at seeds {seeds}, in percent (mean over "
-                    "cells, then over seeds ± std over seeds)")
+  return C.md_table(
+      [f"Addition at α = {records[0]['metrics']['alpha']:g}"] + cols + ["cells"], rows,
+      f"Table 17: sources fine-tuned at seeds {seeds}: accuracy in percent, the mean over cells "
+      "and then over seeds ± the standard deviation over seeds; in brackets, the change in "
+      "points from the zero-shot of the row's own cells; cells: per seed")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from typing import Callable, Mapping
 
 import numpy as np
@@ -184,9 +183,9 @@ def write_checkpoint(out_dir: str, config: Mapping, tensors: Mapping[str, np.nda
   then the checkpoint's files replace same-named ones. Files this function did not write are
   never removed.
 
-  Everything is first written into a temporary directory: a failure there leaves ``out_dir``
-  as it was. A new ``out_dir`` then appears in one rename; into an existing one each file is
-  moved by its own rename.
+  Everything is first written into a temporary directory (``atomic.staged_into``): a failure
+  there leaves ``out_dir`` as it was. A new ``out_dir`` then appears in one rename; into an
+  existing one each file is moved by its own rename, the weights file last.
   """
   import jax.numpy as jnp
   from safetensors.flax import save_file
@@ -202,11 +201,7 @@ def write_checkpoint(out_dir: str, config: Mapping, tensors: Mapping[str, np.nda
         "no checkpoint written by platonic_jax; export into a new or empty directory, or pass "
         "overwrite=True to write the checkpoint's files there (same-named files are replaced, "
         "no other file is touched)")
-  parent = out_dir if existing is not None else os.path.dirname(out_dir)
-  os.makedirs(parent, exist_ok=True)
-  tmp = os.path.join(parent, atomic.temp_name("tmp"))  # unique to this process and call
-  os.makedirs(tmp)
-  try:
+  with atomic.staged_into(out_dir, last=(weights_name,)) as tmp:  # the weights (the list) last
     with open(os.path.join(tmp, config_name), "w") as f:
       json.dump(dict(config), f, indent=2, sort_keys=True)
     if extra is not None:
@@ -215,21 +210,8 @@ def write_checkpoint(out_dir: str, config: Mapping, tensors: Mapping[str, np.nda
     arrays = {k: jnp.asarray(np.array(v, order="C")) for k, v in tensors.items()}
     save_file(arrays, os.path.join(tmp, weights_name),
               metadata={"format": "pt", WRITTEN_FILES_KEY: json.dumps(names)})
-    if existing is None:
-      os.replace(tmp, out_dir)
-      return out_dir
-    blocked = [n for n in names if os.path.isdir(os.path.join(out_dir, n))]
-    if blocked:
-      raise FileExistsError(f"cannot write {blocked} into {out_dir}: directories of those "
-                            "names are in the way")
-    for name in sorted(names, key=lambda n: n == weights_name):  # the weights (the list) last
-      os.replace(os.path.join(tmp, name), os.path.join(out_dir, name))
-    for name in ours_before or ():
-      path = os.path.join(out_dir, name)
-      if name not in names and os.path.basename(name) == name and os.path.isfile(path):
-        os.remove(path)
-    os.rmdir(tmp)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
+  for name in ours_before or ():
+    path = os.path.join(out_dir, name)
+    if name not in names and os.path.basename(name) == name and os.path.isfile(path):
+      os.remove(path)
   return out_dir

@@ -15,7 +15,7 @@ import numpy as np
 
 from platonic_jax.core import solve as _solve
 from platonic_jax.core.descriptor import (Descriptor, Provenance, Term, center_rows, float_dtype,
-                                          l2_normalize)
+                                          l2_normalize, l2_normalize_np)
 from platonic_jax.core.grid import Grid
 from platonic_jax.validate import check_finite, check_labels
 
@@ -84,8 +84,7 @@ def affinity_spread(Z, G) -> float:
     raise ValueError(f"affinity_spread needs Z (n, d) and G (C >= 2, d), got {Z.shape}, {G.shape}")
   check_finite("Z", Z)
   check_finite("G", G)
-  A = (Z / np.linalg.norm(Z, axis=1, keepdims=True)) @ (
-      G / np.linalg.norm(G, axis=1, keepdims=True)).T
+  A = l2_normalize_np(Z, axis=1) @ l2_normalize_np(G, axis=1).T
   A = A - A.mean(axis=1, keepdims=True)
   return float(np.sqrt(np.mean(A * A)))
 
@@ -246,8 +245,7 @@ def decision_split(U, labels) -> tuple[np.ndarray, np.ndarray]:
     raise ValueError(f"U must be (n, C) with C >= 2, got shape {U.shape}")
   n, C = U.shape
   y = check_labels(labels, n, C)
-  E = np.eye(C)[y] - 1.0 / C
-  E /= np.linalg.norm(E, axis=1, keepdims=True)
+  E = l2_normalize_np(np.eye(C)[y] - 1.0 / C, axis=1)
   Uc = U - U.mean(axis=1, keepdims=True)
   aligned = np.sum(Uc * E, axis=1, keepdims=True) * E
   return aligned, Uc - aligned

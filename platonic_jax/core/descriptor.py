@@ -48,7 +48,7 @@ def float_dtype(*arrays) -> jnp.dtype:
 def l2_normalize(x: jax.Array, axis: int = -1, *, eps: float | None = None,
                  dtype=None) -> jax.Array:
   """Row-wise L2 normalisation `x (..., d) -> x / ||x|| (..., d)`: the package's one row
-  normaliser (``platonic_jax.l2_normalize``).
+  normaliser (``platonic_jax.l2_normalize``; ``l2_normalize_np`` is its numpy twin).
 
   eps None (the method's arrays: descriptors, solves, selection, routes): exact division by the
   norm, in `x`'s own dtype (float64 stays float64); a zero row gives NaN, which the callers'
@@ -61,6 +61,19 @@ def l2_normalize(x: jax.Array, axis: int = -1, *, eps: float | None = None,
   if eps is None:
     return x / jnp.linalg.norm(x, axis=axis, keepdims=True)
   return x * jax.lax.rsqrt(jnp.maximum(jnp.sum(x * x, axis=axis, keepdims=True), eps * eps))
+
+
+def l2_normalize_np(x, axis: int = -1, *, eps: float | None = None, dtype=None) -> np.ndarray:
+  """``l2_normalize``'s numpy twin, for host-side code that stays in numpy (scoring, analyses,
+  tables): `x (..., d) -> x / ||x|| (..., d)`, computed by numpy.
+
+  eps None: exact division by the norm; a zero row gives NaN. eps > 0: `x / max(||x||, eps)`,
+  a zero row stays zero (``l2_normalize``'s `x * rsqrt(max(||x||^2, eps^2))`, the same value up
+  to rounding). dtype: cast `x` to it first; None keeps `x`'s (an array-like becomes an array).
+  """
+  x = np.asarray(x, dtype)
+  norm = np.linalg.norm(x, axis=axis, keepdims=True)
+  return x / (norm if eps is None else np.maximum(norm, eps))
 
 
 def centering(num_classes: int, dtype=jnp.float32) -> jax.Array:

@@ -1,7 +1,7 @@
 """Where a cross-model transfer loses its gain, and where the controls' cost comes from.
 
-Analyses that read labels, as an evaluation does (``experiments/transfer_anatomy.py`` runs them
-on the toy world): how far families' descriptors agree, whole and split by
+Analyses that read labels, as an evaluation does (``experiments/studies/transfer_anatomy.py``
+runs them on the toy world): how far families' descriptors agree, whole and split by
 ``core.analysis.decision_split``; and what each operator's shift of the test images does, whole
 and split by ``core.analysis.class_mean_split`` into its per-class mean and the within-class
 rest.

@@ -1,13 +1,17 @@
-"""The text layout of the paper's Table 1 (addition) and Table 2 (negation), one for every
-experiment: the main job's printed tables (``pipeline.format_tables``) and the suite's
-(``experiments/tables/addition.py``, ``negation.py``, rendered by ``experiments.report``).
+"""The text layouts of the paper's Table 1 (addition) and Table 2 (negation), and of its
+audio-text Table 4 (negation, with the retained tasks) and Table 26 (addition), one for every
+experiment: the main job's printed tables (``pipeline.format_tables``,
+``pipeline.format_audio_tables``) and the suite's (``experiments/tables/addition.py``,
+``negation.py``, rendered by ``experiments.report``).
 
 Each experiment turns its records into ``Row``s, one per (cell, method); ``method_tables``
 lays them out as one markdown table per setting (same model, cross model, mixed): a zero-shot
 row over the block's cells, then one row per method present, each entry the mean accuracy in
 percent followed, in brackets, by the mean change in points from the zero-shot of the row's own
 cells (a method run on a subset of the cells, the adapter's say, is read against that subset,
-not the block), and the row's cell count. Pure: records in, text out.
+not the block), and the row's cell count. ``text_tables`` lays the same rows out as
+fixed-width text (the audio tables), where a method run on a subset of the cells also gets the
+zero-shot row of that subset. Pure: records in, text out.
 """
 
 from __future__ import annotations
@@ -28,6 +32,11 @@ METHODS = {"weight_space": "Weight-space arithmetic", "gradfix": "GradFix",
            "random_utd": "Random-UTD", "gradient_ascent": "Gradient ascent"}
 UNITS = ("accuracy in percent; in brackets, the change in points from the zero-shot of the "
          "row's own cells; cells: how many cells the row averages")
+TEXT_UNITS = "accuracy % (change in points from the zero-shot of the row's own cells)"
+# The audio tables' rows, in the order they print (the paper's Tables 4 and 26).
+TABLE4_METHODS = ("closed_form", "consensus", "adapter", "weight_space", "oracle", "random_utd",
+                  "gradient_ascent")
+TABLE26_METHODS = ("random_utd", "closed_form", "consensus", "oracle", "weight_space", "adapter")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +47,15 @@ class Row:
   method: str
   accuracy: Sequence[float]
   zero_shot: Sequence[float]
+
+
+def grouped_row(setting: str, method: str, accuracy: Mapping[str, float],
+                zero_shot: Mapping[str, float], groups: Sequence[Sequence[str]]) -> Row:
+  """The ``Row`` of one method on one cell whose column ``i`` is the mean, over the task names
+  ``groups[i]``, of ``accuracy`` and of ``zero_shot`` ({task: percent}): Table 4's "Retained"
+  column averages a negation cell's other tasks."""
+  return Row(setting, method, [float(np.mean([accuracy[t] for t in g])) for g in groups],
+             [float(np.mean([zero_shot[t] for t in g])) for g in groups])
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], title: str = "",
@@ -62,8 +80,22 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], title: str = 
   return "\n".join(lines) + "\n"
 
 
-def _entry(acc: float, delta: float | None) -> str:
+def entry(acc: float, delta: float | None) -> str:
+  """One table entry: the accuracy in percent and, when given, the change in points."""
   return f"{acc:.2f}" if delta is None else f"{acc:.2f} ({delta:+.1f})"
+
+
+def zero_entries(rows: Sequence[Row]) -> list[str]:
+  """Per column, the mean zero-shot of ``rows``' cells (``entry``)."""
+  return [entry(z, None) for z in np.mean([r.zero_shot for r in rows], axis=0)]
+
+
+def mean_entries(rows: Sequence[Row]) -> list[str]:
+  """Per column, the mean accuracy of ``rows`` and, in brackets, their mean change from each
+  row's own zero-shot (``entry``): what a row of every table prints."""
+  acc = np.mean([r.accuracy for r in rows], axis=0)
+  delta = np.mean([np.subtract(r.accuracy, r.zero_shot) for r in rows], axis=0)
+  return [entry(a, d) for a, d in zip(acc, delta)]
 
 
 def method_tables(rows: Sequence[Row], columns: Sequence[str], *, title: str | None,
@@ -80,14 +112,11 @@ def method_tables(rows: Sequence[Row], columns: Sequence[str], *, title: str | N
     cells = [r for r in block if r.method == base]
     if not cells:
       continue
-    zero = np.mean([r.zero_shot for r in cells], axis=0)
-    body = [["Zero-shot"] + [_entry(z, None) for z in zero] + [str(len(cells))]]
+    body = [["Zero-shot"] + zero_entries(cells) + [str(len(cells))]]
     for method, name in methods.items():
       rs = [r for r in block if r.method == method]
       if rs:
-        acc = np.mean([r.accuracy for r in rs], axis=0)
-        delta = np.mean([np.subtract(r.accuracy, r.zero_shot) for r in rs], axis=0)
-        body.append([name] + [_entry(a, d) for a, d in zip(acc, delta)] + [str(len(rs))])
+        body.append([name] + mean_entries(rs) + [str(len(rs))])
     out.append(md_table(["Method"] + list(columns) + ["cells"], body,
                         f"{label} ({len(cells)} cell{'s' if len(cells) != 1 else ''})",
                         pad=True))
@@ -95,6 +124,42 @@ def method_tables(rows: Sequence[Row], columns: Sequence[str], *, title: str | N
     return ""
   head = "" if title is None else f"### {title}\n\n{UNITS[0].upper() + UNITS[1:]}.\n\n"
   return head + "\n".join(out)
+
+
+def text_tables(rows: Sequence[Row], columns: Sequence[str], *, title: str,
+                methods: Sequence[str], base: str = "closed_form",
+                blocks: Mapping[str, str] = SETTINGS,
+                subsets: Sequence[str] = ("adapter",)) -> str:
+  """Fixed-width text: ``title; TEXT_UNITS``, then per block present (``blocks``: {Row.setting:
+  label}) its label, a header (``Method``, ``columns``, ``cells``), the zero-shot row over the
+  cells of the ``base`` method, and one row per method of ``methods`` present (in that order,
+  named by ``METHODS``): the mean accuracy in percent and, in brackets, the mean change from the
+  zero-shot of the row's own cells, and the row's cell count. Each method of ``subsets`` (run on
+  a seeded subset of the cells: the adapter) is preceded by the zero-shot row of its own cells
+  ("Zero-shot, adapter runs"). "" when no row has the ``base`` method."""
+  def line(name, vals, n):
+    return f"{name:<26s}" + "".join(f"{v:>17s}" for v in vals) + f"{n!s:>7}"
+
+  def zero_row(name, rs):
+    return line(name, [f"{z:17.2f}" for z in np.mean([r.zero_shot for r in rs], axis=0)], len(rs))
+  out = []
+  for setting, label in blocks.items():
+    block = [r for r in rows if r.setting == setting]
+    cells = [r for r in block if r.method == base]
+    if not cells:
+      continue
+    out += [label, line("Method", columns, "cells"), zero_row("Zero-shot", cells)]
+    for method in methods:
+      rs = [r for r in block if r.method == method]
+      if not rs:
+        continue
+      if method in subsets:
+        out.append(zero_row(f"Zero-shot, {method.replace('_', ' ')} runs", rs))
+      acc = np.mean([r.accuracy for r in rs], axis=0)
+      delta = np.mean([np.subtract(r.accuracy, r.zero_shot) for r in rs], axis=0)
+      out.append(line(METHODS[method], [f"{a:9.2f} ({d:+5.1f})" for a, d in zip(acc, delta)],
+                      len(rs)))
+  return "\n".join([f"{title}; {TEXT_UNITS}"] + out) if out else ""
 
 
 def table1(rows: Sequence[Row], controls: Sequence[str], alpha: float | None = None) -> str:
@@ -114,3 +179,26 @@ def table2(rows: Sequence[Row], controls: Sequence[str], lam: float | None = Non
   return method_tables(rows, ["Removed task ↓"] + list(controls),
                        title=f"Table 2: negation (at {at}{ga})",
                        methods={**METHODS, "weight_space": "Weight-space negation"})
+
+
+def table4(rows: Sequence[Row], controls: Sequence[str], lam: float | None = None) -> str:
+  """Table 4 (the paper's audio-text negation), fixed-width text: columns the removed task, the
+  retained tasks (the mean over the cell's other tasks: ``grouped_row``), then the controls.
+  The adapter and gradient ascent (the suite's, on seeded subsets) each get the zero-shot row
+  of their own cells."""
+  at = "lambda" if lam is None else f"lambda = {lam:g}"
+  ga = ("; gradient ascent at a fixed budget, not a strength"
+        if any(r.method == "gradient_ascent" for r in rows) else "")
+  return text_tables(rows, ["Removed", "Retained"] + list(controls),
+                     title=f"Table 4: audio-text negation at {at}{ga}",
+                     methods=TABLE4_METHODS, subsets=("adapter", "gradient_ascent"))
+
+
+def table26(rows: Sequence[Row], tasks: Sequence[str], controls: Sequence[str],
+            alpha: float | None = None) -> str:
+  """Table 26 (the paper's audio-text addition), fixed-width text: columns the two composed
+  ``tasks``, then the controls."""
+  at = "alpha" if alpha is None else f"alpha = {alpha:g}"
+  return text_tables(rows, list(tasks) + list(controls),
+                     title=f"Table 26: audio-text addition (closed form at {at}, adapter at "
+                           "full strength)", methods=TABLE26_METHODS)

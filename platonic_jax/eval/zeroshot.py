@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from platonic_jax.core.descriptor import l2_normalize_np
 from platonic_jax.core.operator import apply_operators
+
+EPS = 1e-12  # the embeddings' normalisation floor (``platonic_jax.embed.EPS``): zero rows stay zero
 
 
 def affinities(Z: np.ndarray, G: np.ndarray) -> np.ndarray:
   """Cosine affinities ``A = normalise(Z) @ G.T``: Z (n, d) (any scale), G (C, d) normalised -> (n, C)."""
-  Z = np.asarray(Z, np.float32)
-  Z = Z / np.maximum(np.linalg.norm(Z, axis=1, keepdims=True), 1e-12)
+  Z = l2_normalize_np(Z, axis=1, eps=EPS, dtype=np.float32)
   return Z @ np.asarray(G, np.float32).T
 
 

@@ -1,11 +1,12 @@
 """The one bucketed forward loop (``core.batches.bucketed``): every call one shape, padding
-rows dropped, outputs in row order whatever the input kind."""
+rows dropped, outputs in row order whatever the input kind; the embeddings' hooks (a process's
+rows of each chunk, a feed ahead of the calls, progress, their own join)."""
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from platonic_jax.core.batches import bucketed, num_rows, pow2_bucket
+from platonic_jax.core.batches import bucketed, num_rows, pow2_bucket, row_chunks
 from platonic_jax.models.preprocess import NaflexInputs
 
 
@@ -46,3 +47,23 @@ def test_bucket_rule_and_bad_inputs():
     bucketed(lambda c: c, np.zeros((0, 2)), 4)
   with pytest.raises(ValueError, match="bucket=0"):
     bucketed(lambda c: c, np.zeros((3, 2)), 0)
+
+
+def test_process_rows_and_the_embeddings_hooks():
+  x = np.arange(10.0).reshape(10, 1)
+  whole = list(row_chunks(x, 10, 4))
+  assert [k for _, k in whole] == [4, 4, 2] and np.shares_memory(whole[0][0], x)  # a slice
+  np.testing.assert_array_equal(whole[2][0][:, 0], [8, 9, 9, 9])  # padded with the last row
+  part = list(row_chunks((x, None), 10, 4, rows=(1, 3)))  # a process's rows 1 and 2 of each
+  assert [k for _, k in part] == [4, 4, 2] and all(c[1] is None for c, _ in part)
+  np.testing.assert_array_equal(np.concatenate([c[0] for c, _ in part])[:, 0], [1, 2, 5, 6, 9, 9])
+  order, ks = [], []
+
+  def feed(chunks):  # what the calls take, in order (embed: each chunk put on the devices)
+    for item in chunks:
+      order.append(("put", item[1]))
+      yield item
+  out = bucketed(lambda c: order.append(("call", len(c))) or c * 2, x, 4, feed=feed,
+                 progress=ks.append, join=lambda outs: [(o[:, 0].tolist(), k) for o, k in outs])
+  assert ks == [4, 4, 2] and order == [("put", 4), ("call", 4)] * 2 + [("put", 2), ("call", 4)]
+  assert out == [([0, 2, 4, 6], 4), ([8, 10, 12, 14], 4), ([16, 18, 18, 18], 2)]

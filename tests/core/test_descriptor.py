@@ -11,7 +11,7 @@ import pytest
 
 from platonic_jax.core import descriptor as descriptor_mod
 from platonic_jax.core.descriptor import (Descriptor, Provenance, affinity, center_rows, centering,
-                                          l2_normalize)
+                                          l2_normalize, l2_normalize_np)
 from platonic_jax.core.grid import Grid
 
 
@@ -265,3 +265,23 @@ def test_one_row_normaliser_exact_or_floored():
   np.testing.assert_array_equal(floored, np.asarray(former))
   np.testing.assert_allclose(np.linalg.norm(floored[[0, 1, 3]], axis=1), 1.0, rtol=1e-6)
   assert pj.l2_normalize is l2_normalize
+
+
+def test_numpy_twin_normalises_as_the_one_normaliser():
+  """``l2_normalize_np`` (host-side scoring, analyses, tables) gives ``l2_normalize``'s values in
+  both modes (exact: a zero row NaN; floored: a zero row zero), in numpy, keeping float64."""
+  x = np.random.default_rng(4).standard_normal((5, 7)) * np.array([[1e-3], [1.0], [0.0], [7.0],
+                                                                      [1e3]])
+  with np.errstate(invalid="ignore"):
+    exact = l2_normalize_np(x, axis=1)
+  assert isinstance(exact, np.ndarray) and exact.dtype == np.float64
+  assert np.isnan(exact[2]).all() and not np.isnan(exact[[0, 1, 3, 4]]).any()
+  with jax.enable_x64(True):
+    want = np.asarray(l2_normalize(jnp.asarray(x), axis=1))
+  np.testing.assert_allclose(exact[[0, 1, 3, 4]], want[[0, 1, 3, 4]], rtol=1e-14, atol=0)
+  floored = l2_normalize_np(x.tolist(), eps=1e-12, dtype=np.float32)
+  assert floored.dtype == np.float32 and (floored[2] == 0).all()
+  np.testing.assert_allclose(floored, np.asarray(l2_normalize(x, eps=1e-12, dtype=jnp.float32)),
+                             rtol=1e-6, atol=0)
+  tiny = l2_normalize_np(np.array([[3e-13, 4e-13]]), eps=1e-12)  # under the floor: divided by it
+  np.testing.assert_allclose(tiny, [[0.3, 0.4]], rtol=1e-12)

@@ -97,9 +97,9 @@ def refused(tmp_path_factory):
   root = str(tmp_path_factory.mktemp("refusals"))
   micro = "--config=experiments/configs/main.py:micro"
   batches = {
-      "experiments.strength_frontier": [(o, [micro, o, "--workdir={case}/w"])
+      "experiments.studies.strength_frontier": [(o, [micro, o, "--workdir={case}/w"])
                                         for o, _ in FRONTIER_REFUSALS],
-      "experiments.transfer_anatomy": [(o, [micro, o, "--workdir={case}/w"])
+      "experiments.studies.transfer_anatomy": [(o, [micro, o, "--workdir={case}/w"])
                                        for o, _ in ANATOMY_REFUSALS],
       "experiments.main": [(o, [micro, *(o if isinstance(o, tuple) else (o,)),
                                 "--workdir={case}/w"]) for o, _ in MAIN_REFUSALS] + [
@@ -317,12 +317,12 @@ def test_one_standard_error_rule_picks_smaller_operators(run, run_1se):
 
 
 def test_strength_frontier_reproduces_the_main_jobs_rows(run, run_1se, cache, tmp_path):
-  """experiments.strength_frontier (warm): at multiplier 1 the "min" pick gives the main job's
-  closed-form (cross model), oracle (same model) and consensus rows, and "1se" those of the 1se
-  run."""
+  """experiments.studies.strength_frontier (warm): at multiplier 1 the "min" pick gives the main
+  job's closed-form (cross model), oracle (same model) and consensus rows, and "1se" those of
+  the 1se run."""
   env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
   out = subprocess.run(
-      [sys.executable, "-m", "experiments.strength_frontier",
+      [sys.executable, "-m", "experiments.studies.strength_frontier",
        "--config=experiments/configs/main.py:micro", "--multipliers=1,2", "--picks=min,1se,cap2",
        f"--workdir={tmp_path}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -347,7 +347,7 @@ def test_strength_frontier_reproduces_the_main_jobs_rows(run, run_1se, cache, tm
 
 @pytest.mark.parametrize("override,match", FRONTIER_REFUSALS)
 def test_strength_frontier_refuses_bad_arguments_before_building(refused, override, match):
-  _refuses(refused, "experiments.strength_frontier", override, match)
+  _refuses(refused, "experiments.studies.strength_frontier", override, match)
 
 
 @pytest.mark.parametrize("override,match", MAIN_REFUSALS)
@@ -367,11 +367,11 @@ def test_main_job_and_suite_refuse_an_unwritable_workdir_before_building(refused
 
 
 def test_adapter_holdout_runs_on_the_main_jobs_adapter_cells(run, cache):
-  """experiments.adapter_holdout on the micro world (cached by ``run``): one line per cell and
-  recipe with fit and held-out errors, then the per-recipe means."""
+  """experiments.studies.adapter_holdout on the micro world (cached by ``run``): one line per
+  cell and recipe with fit and held-out errors, then the per-recipe means."""
   env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
   out = subprocess.run(
-      [sys.executable, "-m", "experiments.adapter_holdout",
+      [sys.executable, "-m", "experiments.studies.adapter_holdout",
        "--config=experiments/configs/main.py:micro", "--recipes=1:1e-3,20:5e-3"],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -385,12 +385,12 @@ def test_adapter_holdout_runs_on_the_main_jobs_adapter_cells(run, cache):
 
 
 def test_transfer_anatomy_splits_add_up_and_match_the_main_job(run, cache, tmp_path):
-  """experiments.transfer_anatomy on the micro world (cached by ``run``): agreement per task and
-  the operator shifts split into class means and the within-class rest; the whole shift at minus
-  lambda reproduces the main job's closed-form negation rows."""
+  """experiments.studies.transfer_anatomy on the micro world (cached by ``run``): agreement per
+  task and the operator shifts split into class means and the within-class rest; the whole shift
+  at minus lambda reproduces the main job's closed-form negation rows."""
   env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
   out = subprocess.run(
-      [sys.executable, "-m", "experiments.transfer_anatomy",
+      [sys.executable, "-m", "experiments.studies.transfer_anatomy",
        "--config=experiments/configs/main.py:micro", f"--workdir={tmp_path}"],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -424,12 +424,12 @@ def test_transfer_anatomy_splits_add_up_and_match_the_main_job(run, cache, tmp_p
 
 @pytest.mark.parametrize("override,match", ANATOMY_REFUSALS)
 def test_transfer_anatomy_refuses_bad_configs(refused, override, match):
-  _refuses(refused, "experiments.transfer_anatomy", override, match)
+  _refuses(refused, "experiments.studies.transfer_anatomy", override, match)
 
 
 @pytest.mark.parametrize("bad", [["300"], ["300:"], ["0:1e-3"], ["300:-1e-3"], ["a:b"], []])
 def test_adapter_holdout_recipes_are_checked(bad):
-  from experiments.adapter_holdout import parse_recipes
+  from experiments.studies.adapter_holdout import parse_recipes
   with pytest.raises(ValueError, match="recipe"):
     parse_recipes(bad)
 

@@ -1,7 +1,8 @@
 """GradFix and Theseus between two pretrainings of one architecture, on the toy world.
 
-    python -m experiments.same_architecture_check                          # samearch world
-    python -m experiments.same_architecture_check --variant=micro-samearch --tasks=shape,color
+    python -m experiments.studies.same_architecture_check                          # samearch world
+    python -m experiments.studies.same_architecture_check --variant=micro-samearch \\
+        --tasks=shape,color
 
 For every downstream task and every ordered same-architecture pair (``clip-a`` and its twin
 ``clip-a2``; ``toyworld.world.same_architecture_pairs``): the source's labeled fine-tune (the

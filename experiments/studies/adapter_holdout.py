@@ -1,7 +1,8 @@
 """Label-free check of adapter recipes on the main job's adapter cells (held-out probes).
 
-    python -m experiments.adapter_holdout --recipes=150:2e-3,300:5e-3,600:1e-2
-    python -m experiments.adapter_holdout --config=experiments/configs/main.py:micro --recipes=20:5e-3,40:5e-3
+    python -m experiments.studies.adapter_holdout --recipes=150:2e-3,300:5e-3,600:1e-2
+    python -m experiments.studies.adapter_holdout --config=experiments/configs/main.py:micro \\
+        --recipes=20:5e-3,40:5e-3
 
 Builds (or loads) the config's toy world, fine-tunes only the sources the adapter cells need
 (``pipeline.choose_adapter_cells``, as the main job picks them), and for every cell and recipe
@@ -20,7 +21,8 @@ from ml_collections import config_flags
 
 from experiments import launch
 
-_DEFAULT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "main.py")
+_EXPERIMENTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_DEFAULT = os.path.join(_EXPERIMENTS, "configs", "main.py")
 _CONFIG = config_flags.DEFINE_config_file("config", _DEFAULT, "main job config", lock_config=True)
 _RECIPES = flags.DEFINE_list("recipes", ["150:2e-3", "300:5e-3", "600:5e-3", "600:1e-2"],
                              "adapter recipes STEPS:LR")

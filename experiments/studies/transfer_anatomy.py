@@ -1,8 +1,9 @@
 """Where a cross-model transfer loses its gain, and where the controls' cost comes from.
 
-    python -m experiments.transfer_anatomy --workdir=workdir/anatomy
-    python -m experiments.transfer_anatomy --config.seed=1 --workdir=workdir/anatomy_s1
-    python -m experiments.transfer_anatomy --config=experiments/configs/main.py:micro --workdir=/tmp/anat
+    python -m experiments.studies.transfer_anatomy --workdir=workdir/anatomy
+    python -m experiments.studies.transfer_anatomy --config.seed=1 --workdir=workdir/anatomy_s1
+    python -m experiments.studies.transfer_anatomy --config=experiments/configs/main.py:micro \\
+        --workdir=/tmp/anat
 
 Runs the main job's stages up to the operators on the config's toy world (pretrained families
 from the cache, the same source fine-tunes, the same label-free selection), then reads the
@@ -32,7 +33,8 @@ from ml_collections import config_flags
 
 from experiments import launch
 
-_DEFAULT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "main.py")
+_EXPERIMENTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_DEFAULT = os.path.join(_EXPERIMENTS, "configs", "main.py")
 _CONFIG = config_flags.DEFINE_config_file("config", _DEFAULT, "main job config", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/anatomy", "where anatomy.json is written")
 _PROGRESS = flags.DEFINE_bool("progress", None, launch.PROGRESS_HELP)

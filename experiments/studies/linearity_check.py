@@ -1,8 +1,8 @@
 """Paper Table 6: numerical check of Proposition 1 (the operator is linear in the descriptor).
 
-    python -m experiments.linearity_check                      # random Z, G, U on one grid
-    python -m experiments.linearity_check --n=500 --d=768 --classes=47 --rank=32
-    python -m experiments.linearity_check --inputs=arrays.npz  # given Z, G, U1, U2, U3
+    python -m experiments.studies.linearity_check                      # random Z, G, U on one grid
+    python -m experiments.studies.linearity_check --n=500 --d=768 --classes=47 --rank=32
+    python -m experiments.studies.linearity_check --inputs=arrays.npz  # given Z, G, U1, U2, U3
 
 Compares op(U1 - 1.5 U2 + U3) with op(U1) - 1.5 op(U2) + op(U3) on one target and grid, and
 prints the cosine (10 decimals) and the relative difference with the solve carried in float64

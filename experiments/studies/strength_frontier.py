@@ -1,8 +1,8 @@
 """The closed form's task change against the controls' cost, across operator sizes and strengths.
 
-    python -m experiments.strength_frontier --workdir=workdir/frontier
-    python -m experiments.strength_frontier --config.seed=1 --workdir=workdir/frontier_s1
-    python -m experiments.strength_frontier --config=experiments/configs/main.py:micro \
+    python -m experiments.studies.strength_frontier --workdir=workdir/frontier
+    python -m experiments.studies.strength_frontier --config.seed=1 --workdir=workdir/frontier_s1
+    python -m experiments.studies.strength_frontier --config=experiments/configs/main.py:micro \
         --multipliers=1,2 --workdir=/tmp/frontier
 
 Runs the main job's stages up to the operators (pretrained families from the cache, the same
@@ -28,7 +28,8 @@ from ml_collections import config_flags
 
 from experiments import launch
 
-_DEFAULT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "main.py")
+_EXPERIMENTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_DEFAULT = os.path.join(_EXPERIMENTS, "configs", "main.py")
 _CONFIG = config_flags.DEFINE_config_file("config", _DEFAULT, "main job config", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/frontier", "where frontier.json is written")
 _MULTIPLIERS = flags.DEFINE_list("multipliers", ["0.5", "0.75", "1", "1.25", "1.5", "2"],

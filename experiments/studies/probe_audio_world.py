@@ -1,12 +1,13 @@
-"""Zero-shot (and optionally linear-probe) accuracy of every family of a toy world on its tasks.
+"""Zero-shot (and optionally linear-probe) accuracy of every family of an audio world on its tasks.
 
-    python -m experiments.probe_world --config=experiments/configs/toy_world.py
-    python -m experiments.probe_world --config=experiments/configs/toy_world.py:micro --probe
+    python -m experiments.studies.probe_audio_world
+    python -m experiments.studies.probe_audio_world \\
+        --config=experiments/configs/audio_world.py:micro --probe
 
-Builds (or loads from the cache) the world and prints a family x task table of top-1 zero-shot
-accuracy on the test split, with the chance level; ``--probe`` adds a linear probe on the frozen
-pre-projection image features (a SigLIP family, whose residual head has no projection: its
-embedding; train split -> test split), the headroom a fine-tune can reach.
+Builds (or loads from the cache) the audio world and prints a family x task table of top-1
+zero-shot accuracy on the test split, with the chance level; ``--probe`` adds a linear probe on
+the frozen features before the edit point (the input of ``audio_projection.linear2``; train
+split -> test split), the headroom a fine-tune can reach.
 """
 
 import time
@@ -15,16 +16,15 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from experiments import launch
-from platonic_jax.data.toyworld import build_world, zeroshot
+from platonic_jax.data.audioworld import build_world
+from platonic_jax.data.toyworld import zeroshot
 
-_CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/toy_world.py",
-                                          "toy world config", lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/audio_world.py",
+                                          "audio world config", lock_config=True)
 _PROBE = flags.DEFINE_bool("probe", False, "also fit a linear probe per family x task")
 _PROBE_STEPS = flags.DEFINE_integer("probe_steps", 300, "linear probe optimiser steps")
 _PROGRESS = flags.DEFINE_bool("progress", None, launch.PROGRESS_HELP)
 _FAMILIES = flags.DEFINE_list("families", None, "build only these families (default all)")
-
-
 launch.define_distributed_flags()
 
 
@@ -36,10 +36,12 @@ def main(argv):
   t0 = time.perf_counter()
   world = build_world(_CONFIG.value, families=_FAMILIES.value)
   for name, info in world.pretrain_info.items():
-    print(f"{name}: cached={info['cached']} {info['seconds']:.1f}s final_loss={info['final_loss']}")
+    print(f"{name}: cached={info['cached']} {info['seconds']:.1f}s "
+          f"pretrain={info['pretrain_seconds']:.1f}s final_loss={info['final_loss']}")
+  print(f"world built in {time.perf_counter() - t0:.0f}s")
   tasks = list(world.tasks.values())
   train_x, test_x = tasks[0].train[0], tasks[0].test[0]  # shared pools
-  header = f"{'family':<10}" + "".join(f"{t.name:>9}" for t in tasks)
+  header = f"{'family':<10}" + "".join(f"{t.name:>10}" for t in tasks)
   rows = {"zero-shot": [], "probe": []}
   for fam, model in world.models.items():
     z_test = zeroshot.image_embeddings(model, test_x)
@@ -56,9 +58,9 @@ def main(argv):
       continue
     print(f"\n{kind} top-1 accuracy (%), test split")
     print(header)
-    print(f"{'chance':<10}" + "".join(f"{100 / t.num_classes:>9.1f}" for t in tasks))
+    print(f"{'chance':<10}" + "".join(f"{100 / t.num_classes:>10.1f}" for t in tasks))
     for fam, accs in table:
-      print(f"{fam:<10}" + "".join(f"{100 * a:>9.1f}" for a in accs))
+      print(f"{fam:<10}" + "".join(f"{100 * a:>10.1f}" for a in accs))
   print(f"\ntotal {time.perf_counter() - t0:.0f}s")
 
 

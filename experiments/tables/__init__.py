@@ -55,11 +55,14 @@ def get(name: str):
 class Outcome:
   """records: every cell's record in cell order (None on a process of several but the
   primary: process 0 merges and writes); computed: keys computed by this process; share: the
-  line saying what this process did (``sweep.share_line``)."""
+  line saying what this process did (``sweep.share_line``); unplanned: {"finetune", "solve"}:
+  how many of each this process's cells did themselves, what the module's ``needs`` did not
+  name (``prepare``; 0 when it names everything they read)."""
   records: list[dict] | None
   computed: list[str]
   study: Any
   share: str = ""
+  unplanned: dict = dataclasses.field(default_factory=dict)
 
 
 def run(config, workdir: str, *, log: Callable[[str], None] = print, world=None,
@@ -112,9 +115,15 @@ def run(config, workdir: str, *, log: Callable[[str], None] = print, world=None,
   cells = module.cells(study, config)
   if any(distributed.agree([cell_key(c) not in done for c in cells])):
     prepare(study, module, config, cells)  # (a finished sweep's rerun loads nothing)
+  before = {k: study.counts[k] for k in ("finetune", "solve")}
   records, computed = divided_sweep(path, chash, config.experiment, cells,
                                     lambda cell: module.compute(study, config, cell),
                                     lambda cell: cell_cost(module, config, cell), log)
+  unplanned = {k: study.counts[k] - v for k, v in before.items()}
+  if any(unplanned.values()):
+    log(f"note: the cells did {unplanned['finetune']} fine-tunes and {unplanned['solve']} "
+        f"solves that experiments.tables.{config.experiment}.needs does not name (over "
+        "several processes each process solves those itself, and a fine-tune fails)")
   share = share_line(study.counts, computed, cells)
   if records is not None:
     method = options.method_block(config)
@@ -124,7 +133,8 @@ def run(config, workdir: str, *, log: Callable[[str], None] = print, world=None,
     atomic_write(os.path.join(workdir, "tables.md"),
                  (module.render(records) + skipped_note(skipped) + method_note(method)).encode())
   distributed.barrier("suite:outputs")
-  return Outcome(records=records, computed=list(computed), study=study, share=share)
+  return Outcome(records=records, computed=list(computed), study=study, share=share,
+                 unplanned=unplanned)
 
 
 def prepare(study, module, config, cells: list[dict]) -> None:

@@ -57,6 +57,8 @@ def test_config_runs_end_to_end(name, experiment, title, micro, suite_dir):
   work = str(suite_dir / name)
   out = tables.run(config, work, log=_quiet, world=world)
   assert out.records and len(out.computed) == len(out.records)
+  # the module's needs name everything its cells read (what several processes make first)
+  assert out.unplanned == {"finetune": 0, "solve": 0}
   if experiment in REUSE and "addition" in RUNS:
     assert out.study.counts["finetune"] == 0 and out.study.counts["solve"] == 0, out.study.counts
   assert out.study.counts["embed_images"] <= len(out.study.models), "embedded more than once"

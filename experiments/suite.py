@@ -2,7 +2,9 @@
 
 ``experiments.main`` calls ``main`` for a config with an ``experiment`` field; the sweep itself
 is ``experiments.tables.run`` and the rendering ``experiments.report`` (neither imports the
-other's launcher).
+other's launcher). Over several processes (``experiments.launch_local``, a pod, SLURM) the
+cells are divided as the main job's are, process 0 alone writes the results, tables, report and
+figures, and every process ends its log with what it did (``sweep.share_line``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ def main(config, workdir: str | None, log: Callable[[str], None] = print) -> tab
   use_compilation_cache(config)  # the engine's one root, the main job's too
   log(f"experiment {config.experiment} ({config.variant}) -> {workdir}")
   outcome = tables.run(config, workdir, log=log)
+  if outcome.records is None:  # another process of the program wrote the outputs
+    log(outcome.share)
+    return outcome
   md, pngs = report.write([os.path.join(workdir, tables.RESULTS)], workdir)
   with open(md) as f:
     print(f.read())
@@ -41,4 +46,5 @@ def main(config, workdir: str | None, log: Callable[[str], None] = print) -> tab
   if not pngs:
     outputs.append(("figures", None, f"none (experiment {config.experiment} draws no figure)"))
   print(where(workdir, outputs))
+  log(outcome.share)
   return outcome

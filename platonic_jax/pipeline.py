@@ -38,7 +38,6 @@ from platonic_jax.core.analysis import CONSENSUS
 from platonic_jax.core.select import check_rule
 from platonic_jax.study import CLOSED_FORM_METHODS
 from platonic_jax.study import adapter_kwargs, cell_accuracies  # noqa: F401  (re-exported)
-from platonic_jax.sweep import cell_key
 from platonic_jax.validate import check_int, check_number, check_unique
 from platonic_jax.study import same_architecture_accuracies, transport_kwargs
 
@@ -657,57 +656,13 @@ def cell_cost(cell: dict, cfg) -> float:
           + (cfg.adapter.steps + 10.0 if cell["adapter"] else 0.0))
 
 
-def _shards(workdir: str) -> list[str]:
-  """The per-process results shards of ``WORKDIR/cells.jsonl`` there (any process count)."""
-  import glob
-  root, ext = os.path.splitext(os.path.join(workdir, CELLS))
-  return sorted(glob.glob(glob.escape(root) + ".shard-*-of-*" + ext))
-
-
 def sweep_cells(workdir: str, chash: str, todo_cells: Sequence[dict], compute: Callable,
                 cost: Callable[[dict], float]) -> tuple[list[dict] | None, list[str]]:
   """The main job's resumable sweep of ``todo_cells`` in ``WORKDIR/cells.jsonl``, divided over
-  the processes; returns ``(records of every cell in order, or None on a process but the
-  primary; the keys this process computed)``.
-
-  One process appends to ``cells.jsonl``. Several: the cells recorded in no results file
-  (``cells.jsonl`` and every ``cells.shard-*`` of any process count; process 0's view,
-  ``distributed.agree``) are divided by ``distributed.assign`` balanced by ``cost``, each
-  process computes its share alone (``distributed.solo``) and appends each record to its own
-  shard (``distributed.shard_path``), so a rerun after a process died recomputes only the cells
-  no shard holds; after a barrier process 0 merges the shards into ``cells.jsonl``
-  (``distributed.merge_jsonl``, atomically) and removes them."""
-  from platonic_jax.parallel import distributed
-  from platonic_jax.sweep import Sweep
-  n, p = distributed.process_count(), distributed.process_index()
-  path = os.path.join(workdir, CELLS)
-  done: dict = {}
-  for f in [path] + _shards(workdir):
-    for k, rec in Sweep(f, chash, "main").done.items():
-      done.setdefault(k, rec)
-  keys = [cell_key(c) for c in todo_cells]
-  flags = distributed.agree([k not in done for k in keys])
-  todo = [c for c, f in zip(todo_cells, flags) if f]
-  share = distributed.my_share(range(len(todo)), [cost(c) for c in todo])
-  sweep = Sweep(path if n == 1 else distributed.shard_path(path, p, n), chash, "main")
-  with distributed.solo():
-    sweep.run([todo[i] for i in share], compute)
-  distributed.barrier("main:cells")
-  if not distributed.is_primary():
-    return None, list(sweep.computed)
-  parts = _shards(workdir)
-  if parts:  # several processes (now or before): one results file again
-    merged = {r["key"]: r for r in distributed.merge_jsonl(path, [path] + parts,
-                                                            key=lambda r: r["key"])}
-    for f in parts:
-      os.remove(f)
-  else:
-    merged = dict(done)
-    merged.update(sweep.done)
-  lost = [k for k in keys if k not in merged]
-  if lost:
-    raise RuntimeError(f"{len(lost)} cells have no record after the sweep, e.g. {lost[0]}")
-  return [merged[k] for k in keys], list(sweep.computed)
+  the processes (``sweep.divided_sweep``, the suite's tables' too); returns ``(records of every
+  cell in order, or None on a process but the primary; the keys this process computed)``."""
+  from platonic_jax.sweep import divided_sweep
+  return divided_sweep(os.path.join(workdir, CELLS), chash, "main", todo_cells, compute, cost)
 
 
 def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
@@ -721,13 +676,13 @@ def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
   ``cells.jsonl`` of another config before anything is computed.
   """
   from platonic_jax.parallel import distributed
-  from platonic_jax.sweep import Sweep, check_writable_dir, config_hash
+  from platonic_jax.sweep import check_results, check_writable_dir, config_hash, share_line
   check_writable_dir(workdir, "workdir")
   t0 = time.time()
   names = check_config(cfg, world.downstream)
   chash = config_hash(cfg)
-  for f in [os.path.join(workdir, CELLS)] + _shards(workdir):  # another config's: refused now
-    Sweep(f, chash, "main")
+  distributed.check_same("the config", chash)  # every process runs the same job
+  check_results(os.path.join(workdir, CELLS), chash, "main")  # another config's: refused now
   p = prepare(world, cfg, log)
   models, controls, zs, sources, ops, study = (p.models, p.controls, p.zs, p.sources,
                                                p.ops, p.study)
@@ -754,7 +709,7 @@ def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
   done, computed = sweep_cells(workdir, chash, all_cells,
                                lambda cell: compute_cell(study, cfg, controls, cell, log),
                                lambda cell: cell_cost(cell, cfg))
-  share = _share(study, computed, all_cells)
+  share = share_line(study.counts, computed, all_cells)
   if done is None:  # the primary process writes the outputs
     distributed.barrier("main:outputs")
     log(share)
@@ -795,15 +750,6 @@ def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
   distributed.barrier("main:outputs")
   log(share)
   return summary
-
-
-def _share(study, computed: Sequence[str], all_cells: Sequence[dict]) -> str:
-  """The line each process ends with: what it computed itself."""
-  from platonic_jax.parallel import distributed
-  adapters = {cell_key(c) for c in all_cells if c["adapter"]}
-  return (f"process {distributed.process_index()} of {distributed.process_count()} did "
-          f"{study.counts['finetune']} fine-tunes, {study.counts['solve']} solves, "
-          f"{len(computed)} cells ({sum(k in adapters for k in computed)} adapter fits)")
 
 
 OUTPUTS = ("results.jsonl", "summary.json", "negation.png")

@@ -26,6 +26,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 import time
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -186,6 +187,105 @@ class Sweep:
         if log:
           log(f"  [{i + 1}/{len(todo)}] {key}  ({time.time() - t0:.1f}s)")
     return [self.done[k] for k in keys]
+
+
+# ----------------------------------------------------------------------------------------------
+# One sweep divided over the processes of a program (``platonic_jax.parallel.distributed``).
+
+_SHARD = re.compile(r"\.shard-(\d+)-of-(\d+)$")
+
+
+def shards(path: str | os.PathLike) -> list[str]:
+  """The per-process results shards of ``path`` on disk (``distributed.shard_path``, any
+  process count), sorted. A shard whose name does not say a process index below its count
+  (``results.shard-00003-of-00002.jsonl``) is a ValueError naming it: no run writes one."""
+  import glob
+  root, ext = os.path.splitext(os.path.abspath(os.fspath(path)))
+  out = sorted(glob.glob(glob.escape(root) + ".shard-*-of-*" + glob.escape(ext)))
+  for f in out:
+    m = _SHARD.search(os.path.splitext(f)[0])
+    if m is None or not int(m.group(1)) < int(m.group(2)):
+      raise ValueError(f"{f} is not a results shard of {os.path.basename(root + ext)}: its name "
+                       "must say a process index below the process count "
+                       "(<name>.shard-<index>-of-<count>); move it away")
+  return out
+
+
+def check_results(path: str | os.PathLike, config_hash: str, experiment: str) -> dict:
+  """{key: record} of the cells recorded in ``path`` and its shards (``shards``); a file of
+  another config or experiment is a ``ResultsMismatchError`` naming it, a malformed one a
+  ValueError naming it (call it before anything is computed: nothing is written)."""
+  done: dict = {}
+  for f in [os.fspath(path)] + shards(path):
+    for k, rec in Sweep(f, config_hash, experiment).done.items():
+      done.setdefault(k, rec)
+  return done
+
+
+def divided_sweep(path: str | os.PathLike, config_hash: str, experiment: str,
+                  cells: Sequence[Mapping], compute: Callable[[dict], Mapping],
+                  cost: Callable[[Mapping], float] | None = None,
+                  log: Callable[[str], None] | None = None
+                  ) -> tuple[list[dict] | None, list[str]]:
+  """A resumable ``Sweep`` of ``cells`` into ``path``, divided over the processes of the
+  program; returns ``(the records of every cell in cell order, or None on a process but the
+  primary; the keys this process computed)``. Every process calls it with the same cells.
+
+  One process appends to ``path``. Several: every process first checks that they all run the
+  same config and cells (``distributed.check_same``: a ValueError naming the processes that
+  differ, before anything is computed); the cells recorded in no results file (``path`` and
+  every ``shards`` of any process count; process 0's view, ``distributed.agree``) are divided
+  by ``distributed.assign`` balanced by ``cost`` (None: one each), each process computes its
+  share alone (``distributed.solo``) and appends each record to its own shard
+  (``distributed.shard_path``), so a rerun after a process died recomputes only the cells no
+  shard holds, whatever the process count. After a barrier process 0 merges ``path`` and the
+  shards into ``path`` in cell order (``distributed.merge_jsonl``, atomically: one process's
+  file holds the same lines) and removes the shards. A results file of another config is a
+  ``ResultsMismatchError`` before anything is computed."""
+  from platonic_jax.parallel import distributed
+  n, p = distributed.process_count(), distributed.process_index()
+  path = os.path.abspath(os.fspath(path))
+  keys = [cell_key(c) for c in cells]
+  if len(set(keys)) != len(keys):
+    dup = next(k for k in keys if keys.count(k) > 1)
+    raise ValueError(f"duplicate cell {dup}")
+  distributed.check_same(f"{experiment} sweep", content_hash(config_hash, experiment, keys))
+  done = check_results(path, config_hash, experiment)
+  flags = distributed.agree([k not in done for k in keys])
+  todo = [c for c, f in zip(cells, flags) if f]
+  costs = None if cost is None else [cost(c) for c in todo]
+  share = distributed.my_share(range(len(todo)), costs)
+  sweep = Sweep(path if n == 1 else distributed.shard_path(path, p, n), config_hash, experiment)
+  with distributed.solo():
+    sweep.run([todo[i] for i in share], compute, log)
+  distributed.barrier(f"sweep:{experiment}")
+  if not distributed.is_primary():
+    return None, list(sweep.computed)
+  parts = shards(path)
+  if parts:  # several processes (now or before): one results file again, in cell order
+    merged = {r["key"]: r for r in distributed.merge_jsonl(path, [path] + parts,
+                                                            key=lambda r: r["key"], order=keys)}
+    for f in parts:
+      os.remove(f)
+  else:
+    merged = dict(done)
+    merged.update(sweep.done)
+  lost = [k for k in keys if k not in merged]
+  if lost:
+    raise RuntimeError(f"{len(lost)} cells have no record after the sweep, e.g. {lost[0]}")
+  return [merged[k] for k in keys], list(sweep.computed)
+
+
+def share_line(counts: Mapping[str, int], computed: Sequence[str],
+               cells: Sequence[Mapping]) -> str:
+  """The line each process of a divided run ends its log with: what it computed itself
+  (``counts``: a study's, its "finetune" and "solve"; ``computed``: the keys of the cells it
+  computed, ``divided_sweep``'s; adapter fits: those of its cells marked ``adapter``)."""
+  from platonic_jax.parallel import distributed
+  adapters = {cell_key(c) for c in cells if c.get("adapter")}
+  return (f"process {distributed.process_index()} of {distributed.process_count()} did "
+          f"{counts.get('finetune', 0)} fine-tunes, {counts.get('solve', 0)} solves, "
+          f"{len(computed)} cells ({sum(k in adapters for k in computed)} adapter fits)")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -55,6 +55,20 @@ def cells(study, config) -> list[dict]:
   return out
 
 
+def needs(study, config, cells) -> list[tuple]:
+  """What the cells read from the engine (``experiments.tables.prepare``): a cell's
+  ``cell_accuracies`` and the target's ceilings; an ordering's operators and ceilings."""
+  out = []
+  for c in cells:
+    tg = c["target"]
+    if c["kind"] == "accumulation":
+      out += [C.op(tg, t, s) for t, s in zip(c["order"], c["sources"])]
+      out += [C.desc(t, tg) for t in c["order"]]
+    else:
+      out += C.cell_needs(tg, c["tasks"], c["sources"]) + [C.desc(t, tg) for t in c["tasks"]]
+  return out
+
+
 def pair_terms(study, target, tasks, sources, alpha, prefix=""):
   return [(study.operator(target, t, prefix + s), alpha) for t, s in zip(tasks, sources)]
 

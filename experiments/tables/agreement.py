@@ -33,6 +33,17 @@ def cells(study, config) -> list[dict]:
   return out
 
 
+def needs(study, config, cells) -> list[tuple]:
+  """What the cells read from the engine (``experiments.tables.prepare``): the target's own
+  and every candidate's operator, the family's descriptors."""
+  out = []
+  for c in cells:
+    tg, t = c["target"], c["task"]
+    out += [C.op(tg, t, s) for s in [tg] + list(c["sources"])]
+    out += [C.desc(t, s) for s in c["family"]]
+  return out
+
+
 def _shift(U, G, rank):
   from platonic_jax.core import solve
   return solve.shift_field(U, *solve.landmarks(G, rank))

@@ -133,6 +133,17 @@ def cells(study, config) -> list[dict]:
   return out
 
 
+def needs(study, config, cells) -> list[tuple]:
+  """What the cells read from the engine (``experiments.tables.prepare``): the operators of the
+  product's four derived tasks (a same-model cell: the target's fine-tunes as well)."""
+  out = []
+  for c in cells:
+    product = next(p for p in config.products if p["name"] == c["product"])
+    names = derived_tasks(study, product, config.n_probes, config.seed)
+    out += [C.op(c["target"], t, c["source"]) for t in names]
+  return out
+
+
 def compute(study, config, cell) -> dict:
   from platonic_jax.core import baselines
   product = next(p for p in config.products if p["name"] == cell["product"])

@@ -26,6 +26,12 @@ def cells(study, config) -> list[dict]:
           for ka, kb in C.assignments(sources, tg, 2, config.settings, config.distinct_sources)]
 
 
+def needs(study, config, cells) -> list[tuple]:
+  """What the cells read from the engine (``experiments.tables.prepare``)."""
+  return [C.op(c["target"], t, s, route=study.embedding_route(c["target"]))
+          for c in cells for t, s in zip(c["tasks"], c["sources"])]
+
+
 def compute(study, config, cell) -> dict:
   from platonic_jax.core.analysis import corollary1
   tg, tasks, srcs = cell["target"], cell["tasks"], cell["sources"]

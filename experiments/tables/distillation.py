@@ -66,6 +66,17 @@ def _teacher(study, source, t, sign):
   return A + sign * np.asarray(study.descriptor(source, t).only.U)
 
 
+def needs(study, config, cells) -> list[tuple]:
+  """What the cells read from the engine (``experiments.tables.prepare``): the sources' and
+  the oracle's operators (the descriptors come with them)."""
+  out = []
+  for c in cells:
+    tg = c["target"]
+    out += [C.op(tg, t, s) for t, s in zip(c["tasks"], c["sources"])]
+    out += [C.op(tg, t, tg) for t in c["tasks"]]
+  return out
+
+
 def compute(study, config, cell) -> dict:
   from platonic_jax.core import adapter as adapter_lib
   from platonic_jax.core import baselines

@@ -58,6 +58,19 @@ def cells(study, config) -> list[dict]:
   return out
 
 
+def needs(study, config, cells) -> list[tuple]:
+  """What the cells read from the engine (``experiments.tables.prepare``): per task the head
+  edit's source, oracle and random-UTD operators and the embedding operator's source, as the
+  cells ask for them."""
+  out = []
+  for c in cells:
+    tg = c["target"]
+    for t, s in zip(c["tasks"], c["sources"]):
+      out += [C.op(tg, t, x, route="head_edit") for x in (s, tg, "random~" + s)]
+      out.append(C.op(tg, t, s, route="embedding_operator"))
+  return out
+
+
 def _edit(study, tg, tasks, srcs, strength, route):
   ops = [study.operator(tg, t, s, route=route) for t, s in zip(tasks, srcs)]
   return [(op, strength) for op in ops], [

@@ -49,6 +49,21 @@ def cells(study, config) -> list[dict]:
   return out
 
 
+def needs(study, config, cells) -> list[tuple]:
+  """What the cells read from the engine (``experiments.tables.prepare``): the references'
+  oracles on the evaluation tasks, the compositions' two operators."""
+  t1, t2 = config.terms
+  out = []
+  for c in cells:
+    tg = c["target"]
+    if c["kind"] == "reference":
+      out += [C.op(tg, e, tg) for e in config.eval_tasks]
+    else:
+      k1, k2 = c["sources"]
+      out += [C.op(tg, t1, k1), C.op(tg, t2, k2)]
+  return out
+
+
 def compute(study, config, cell) -> dict:
   from platonic_jax.core import adapter as adapter_lib
   from platonic_jax.study import adapter_kwargs

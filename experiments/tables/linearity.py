@@ -26,6 +26,17 @@ def cells(study, config) -> list[dict]:
   return [{"target": tg, "task": t, "sources": terms} for tg in targets for t in study.downstream]
 
 
+def needs(study, config, cells) -> list[tuple]:
+  """What the cells read from the engine (``experiments.tables.prepare``): the first term's
+  embedding operator and every term's descriptor."""
+  out = []
+  for c in cells:
+    tg, t = c["target"], c["task"]
+    out.append(C.op(tg, t, c["sources"][0], route=study.embedding_route(tg)))
+    out += [C.desc(t, s, target=tg) for s in c["sources"]]
+  return out
+
+
 def compute(study, config, cell) -> dict:
   import jax
   import numpy as np

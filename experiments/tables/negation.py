@@ -37,6 +37,11 @@ def cells(study, config) -> list[dict]:
   return out
 
 
+def needs(study, config, cells) -> list[tuple]:
+  """What the cells read from the engine (``experiments.tables.prepare``)."""
+  return [n for c in cells for n in C.cell_needs(c["target"], c["tasks"], c["sources"])]
+
+
 def compute(study, config, cell) -> dict:
   from platonic_jax.core import baselines
   from platonic_jax.study import adapter_kwargs, cell_accuracies

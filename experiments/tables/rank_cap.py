@@ -23,6 +23,11 @@ def cells(study, config) -> list[dict]:
           for (s,) in C.assignments(sources, tg, 1, config.settings)]
 
 
+def needs(study, config, cells) -> list[tuple]:
+  """What the cells read from the engine (``experiments.tables.prepare``)."""
+  return [C.op(c["target"], c["task"], c["source"]) for c in cells]
+
+
 def compute(study, config, cell) -> dict:
   op = study.operator(cell["target"], cell["task"], cell["source"])
   sel = op.selection

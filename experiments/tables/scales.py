@@ -49,6 +49,11 @@ def cells(study, config) -> list[dict]:
   return out
 
 
+def needs(study, config, cells) -> list[tuple]:
+  """What the cells read from the engine (``experiments.tables.prepare``)."""
+  return [C.op(c["target"], t, s) for c in cells for t, s in zip(c["tasks"], c["sources"])]
+
+
 def compute(study, config, cell) -> dict:
   tg, tasks, srcs = cell["target"], cell["tasks"], cell["sources"]
   evals = list(tasks) + list(study.controls)

@@ -57,6 +57,13 @@ def cells(study, config) -> list[dict]:
   return out
 
 
+def needs(study, config, cells) -> list[tuple]:
+  """What the cells read from the engine (``experiments.tables.prepare``): each cell's two
+  operators at its seed."""
+  return [C.op(c["target"], t, s, seed=c["seed"])
+          for c in cells for t, s in zip(c["tasks"], c["sources"])]
+
+
 def compute(study, config, cell) -> dict:
   tg, (a, b), (ka, kb), seed = cell["target"], cell["tasks"], cell["sources"], cell["seed"]
   evals = [a, b] + list(study.controls)

@@ -38,6 +38,20 @@ def cells(study, config) -> list[dict]:
   return out
 
 
+def needs(study, config, cells) -> list[tuple]:
+  """What the cells read from the engine (``experiments.tables.prepare``)."""
+  out = []
+  for c in cells:
+    tg, tasks, srcs = c["target"], c["tasks"], c["sources"]
+    if c["kind"] == "addition":
+      out += [C.op(tg, t, s) for t, s in zip(tasks, srcs)]
+    else:
+      out.append(C.op(tg, tasks[0], srcs[0]))
+      if c["setting"] == C.SAME and config.weight_space_lambdas:
+        out.append(C.desc(tasks[0], tg))
+  return out
+
+
 def compute(study, config, cell) -> dict:
   tg, tasks, srcs = cell["target"], cell["tasks"], cell["sources"]
   evals = list(tasks) + list(study.controls)

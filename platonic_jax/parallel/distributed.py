@@ -14,15 +14,17 @@ order differs between processes (``Study.sources`` embeds before its threads sta
 Helpers for dividing work and writing results once: ``process_index``/``process_count``/
 ``is_primary``, ``barrier``, ``assign`` (a deterministic balanced assignment of items to
 processes), ``shard_path``/``merge_jsonl`` (per-process results shards merged by the primary
-process), ``broadcast_str``, ``agree`` and ``allgather_rows``.
+process; ``platonic_jax.sweep.divided_sweep`` runs a sweep so), ``broadcast_str``, ``agree``,
+``check_same`` and ``allgather_rows``.
 
-A partitioned stage (``Study.sources``, ``Study.operators_many``, the main job's cells) runs
-each process's share inside ``solo()``: there the process is a program of its own on its local
-devices (``mesh.data_mesh`` spans them only, so an embedding is no collective), writes its
-plain cache entries alone (``staged_dir`` is ``atomic.staged_dir``, ``is_primary`` is true),
-restores Orbax checkpoints alone (``orbax_options``) but saves none (Orbax writes arrays from
-process 0 only: ``check_orbax_save``), and a ``barrier`` or broadcast is an error (the other
-processes are not there). Each product goes to the shared cache as one file (``pack``, written
+A partitioned stage (``Study.sources``, ``Study.operators_many``, the cells of the main job and
+of the suite's tables: ``sweep.divided_sweep``) runs each process's share inside ``solo()``:
+there the process is a program of its own on its local devices (``mesh.data_mesh`` spans them
+only, so an embedding is no collective), writes its plain cache entries alone (``staged_dir``
+is ``atomic.staged_dir``, ``is_primary`` is true), restores Orbax checkpoints alone
+(``orbax_options``) but saves none (Orbax writes arrays from process 0 only:
+``check_orbax_save``), and a ``barrier`` or broadcast is an error (the other processes are not
+there). Each product goes to the shared cache as one file (``pack``, written
 atomically); after a barrier the Orbax entries (source adapters, the operator bank) are written
 collectively from them: every process calls the save, the primary host writes.
 """
@@ -259,6 +261,25 @@ def agree(flags: Sequence[bool]) -> list[bool]:
   return [bool(f) for f in out]
 
 
+def check_same(what: str, value: str) -> None:
+  """Checks that every process passes the same ``value`` (a collective: every process calls
+  it); otherwise a ValueError on every process naming ``what`` and the processes whose value
+  differs from process 0's (e.g. processes started with different configs or process counts,
+  which would divide different lists of work). A no-op with one process."""
+  import hashlib
+  _no_collective(f"check_same({what!r})")
+  if jax.process_count() == 1:
+    return
+  from jax.experimental import multihost_utils
+  digest = np.frombuffer(hashlib.sha256(value.encode("utf-8")).digest(), np.uint8)
+  got = np.asarray(multihost_utils.process_allgather(digest)).reshape(jax.process_count(), -1)
+  odd = [p for p in range(len(got)) if not np.array_equal(got[p], got[0])]
+  if odd:
+    raise ValueError(f"{what}: processes {odd} of {jax.process_count()} run another config or "
+                     "work list than process 0; start every process with the same command "
+                     "and arguments")
+
+
 def pack(arrays: Mapping[str, np.ndarray], meta) -> bytes:
   """A product of one process's share as bytes (safetensors: named arrays, JSON-able ``meta``;
   no pickle), for the processes that write or read it after the share."""
@@ -350,12 +371,14 @@ def read_jsonl(path: str) -> list[dict]:
   return out
 
 
-def merge_jsonl(path: str, shards: Sequence[str], key: Callable[[dict], Hashable]) -> list[dict]:
+def merge_jsonl(path: str, shards: Sequence[str], key: Callable[[dict], Hashable],
+                order: Sequence[Hashable] | None = None) -> list[dict]:
   """Merges the records of ``shards`` into ``path`` (atomically, ``platonic_jax.atomic``) and
   returns them: one record per ``key`` (a key recorded twice with different records is a
   ValueError naming it; identical duplicates, e.g. a cell redone after a restart, count once),
-  ordered by key, so the file does not depend on which process did what. Call it on the
-  primary process after a ``barrier``."""
+  ordered by key (given ``order``: the keys of ``order`` in that order first, then the others
+  by key), so the file does not depend on which process did what. Call it on the primary
+  process after a ``barrier``."""
   from platonic_jax import atomic
   merged: dict = {}
   for shard in shards:
@@ -364,7 +387,9 @@ def merge_jsonl(path: str, shards: Sequence[str], key: Callable[[dict], Hashable
       if k in merged and merged[k] != r:
         raise ValueError(f"key {k!r} has different records in the shards {list(shards)}")
       merged[k] = r
-  records = [merged[k] for k in sorted(merged, key=repr)]
+  first = [k for k in dict.fromkeys(order or ()) if k in merged]
+  rest = sorted(set(merged) - set(first), key=repr)
+  records = [merged[k] for k in first + rest]
   atomic.write_bytes(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
   return records
 

@@ -5,7 +5,8 @@ Writes into ``--out``: ``p<i>.npz`` (the split embedded over the global mesh of 
 and ``p<i>.json`` (what it saw), after a collective operator-bank write, a collective
 LoRA-adapter save (Orbax's multi-process path), a race of both processes on one embedding-cache
 entry and one directory cache entry, the operator solves of a synthetic study divided over the
-processes (``Study.operators_many``), and what ``distributed.solo`` refuses.
+processes (``Study.operators_many``), what ``distributed.solo`` refuses, and
+``distributed.check_same`` on a value the processes share and on one they do not.
 """
 
 import json
@@ -100,6 +101,12 @@ def main(argv):
       except RuntimeError as e:
         refused.append(str(e))
   dist.barrier("solved")
+  dist.check_same("one value", "the same on every process")
+  try:
+    dist.check_same("the config", f"config of process {p}")
+    differ = ""
+  except ValueError as e:
+    differ = str(e)
   json.dump({"process": p, "processes": jax.process_count(), "devices": jax.device_count(),
              "local_devices": jax.local_device_count(),
              "bank_equal": bool(np.array_equal(got, W)),
@@ -112,7 +119,7 @@ def main(argv):
              "local_devices_ids": [d.id for d in jax.local_devices()], "refused": refused,
              "operators": [{s: [float(np.asarray(op.W).sum()), op.rank, op.ridge]
                             for s, op in got.items()} for got in solved],
-             "study_cache": sorted(os.listdir(os.path.join(_OUT.value, "cache", "bank")),
+             "check_same": differ, "study_cache": sorted(os.listdir(os.path.join(_OUT.value, "cache", "bank")),
                                    key=str)},
             open(os.path.join(_OUT.value, f"p{p}.json"), "w"))
   dist.barrier("done")

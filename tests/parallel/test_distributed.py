@@ -95,6 +95,11 @@ def test_shards_merge_once_per_key_in_key_order(tmp_path):
   with pytest.raises(ValueError, match="key 'a' has different records"):
     dist.merge_jsonl(path, [s0, s1], key=lambda r: r["key"])
   assert open(path).read() == rec("a", 1) + rec("b", 2) + rec("c", 3)  # untouched
+  # in a given order (a sweep's cells), keys it does not name after them by key
+  open(s1, "w").write(rec("b", 2))
+  ordered = dist.merge_jsonl(path, [s0, s1], key=lambda r: r["key"], order=["c", "x", "a"])
+  assert [r["key"] for r in ordered] == ["c", "a", "b"]
+  assert open(path).read() == rec("c", 3) + rec("a", 1) + rec("b", 2)
 
 
 WORKER = textwrap.dedent("""

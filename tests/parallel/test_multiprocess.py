@@ -141,3 +141,11 @@ def test_a_process_working_alone_uses_its_devices_and_refuses_collectives(progra
 def test_an_operator_saved_by_one_process_restores_on_every_process(program):
   out, _, _ = program
   assert [_seen(out, p)["one_process_W"] for p in (0, 1)] == [18.0, 18.0]
+
+
+def test_processes_running_different_configs_are_named_on_every_process(program):
+  out, _, _ = program
+  for p in (0, 1):
+    assert _seen(out, p)["check_same"] == (
+        "the config: processes [1] of 2 run another config or work list than process 0; start "
+        "every process with the same command and arguments")

@@ -5,6 +5,8 @@ and the multi-process start-up of every launcher (``define_distributed_flags`` +
 """
 
 import os
+import sys
+import threading
 import time
 from typing import Callable, Sequence
 
@@ -64,11 +66,17 @@ def where(workdir: str, outputs: Sequence[tuple[str, str | None, str]]) -> str:
 
 
 def timed_log() -> Callable[[str], None]:
-  """A ``log(s)`` that prints ``s`` behind the seconds since this call."""
+  """A ``log(s)`` that prints ``s`` behind the seconds since this call. Safe from several
+  threads (the engine's fine-tune workers log concurrently): each call writes its whole line
+  at once, so two lines never share one."""
   t0 = time.time()
+  lock = threading.Lock()
 
   def log(s: str) -> None:
-    print(f"[{time.time() - t0:7.1f}s] {s}", flush=True)
+    line = f"[{time.time() - t0:7.1f}s] {s}\n"
+    with lock:
+      sys.stdout.write(line)
+      sys.stdout.flush()
   return log
 
 

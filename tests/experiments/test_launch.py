@@ -132,3 +132,35 @@ def test_a_comma_list_without_the_tuple_syntax_is_refused_with_the_syntax(tmp_pa
                                        r"--config.targets=\"\('clip-a', 'clip-b'\)\""):
     tables.run(config, str(tmp_path / "work"), log=lambda s: None)
   assert not os.path.exists(tmp_path / "work")
+
+
+def test_timed_log_keeps_concurrent_lines_whole(monkeypatch):
+  """The engine's fine-tune workers log from several threads: every line stays whole."""
+  import threading
+  import time as time_lib
+
+  from experiments import launch
+
+  class Yielding:  # a stream that hands the CPU to other threads inside every write
+    def __init__(self):
+      self.parts = []
+
+    def write(self, s):
+      time_lib.sleep(0.0005)
+      self.parts.append(s)
+
+    def flush(self):
+      pass
+
+  out = Yielding()
+  monkeypatch.setattr("sys.stdout", out)
+  log = launch.timed_log()
+  threads = [threading.Thread(target=lambda i=i: [log(f"fine-tune m{i} on t{j} ")
+                                                   for j in range(40)]) for i in range(4)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  lines = "".join(out.parts).splitlines()
+  assert len(lines) == 160
+  assert all(line.count("fine-tune") == 1 and line.endswith(" ") for line in lines)

@@ -5,6 +5,7 @@ defines no flags, so any launcher may import it.
 """
 
 import os
+import sys
 import time
 from typing import Callable, Sequence
 
@@ -64,11 +65,14 @@ def where(workdir: str, outputs: Sequence[tuple[str, str | None, str]]) -> str:
 
 
 def timed_log() -> Callable[[str], None]:
-  """A ``log(s)`` that prints ``s`` behind the seconds since this call."""
+  """A ``log(s)`` that prints ``s`` behind the seconds since this call, each line in one write
+  (the source fine-tunes log from threads: ``print`` writes the text and its newline apart, so
+  two threads' lines could join into one)."""
   t0 = time.time()
 
   def log(s: str) -> None:
-    print(f"[{time.time() - t0:7.1f}s] {s}", flush=True)
+    sys.stdout.write(f"[{time.time() - t0:7.1f}s] {s}\n")
+    sys.stdout.flush()
   return log
 
 

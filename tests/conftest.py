@@ -38,9 +38,9 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES", "none")
 # for its pretraining), so the partition's one-process run, started after them, loads them.
 SLOW_FIRST = ("tests/experiments/test_main_job.py",
               "tests/experiments/test_audio_main_job.py", "tests/parallel/test_multiprocess.py",
-              "tests/parallel/test_partition.py",
+              "tests/models/test_clip_parity.py", "tests/parallel/test_partition.py",
               "tests/experiments/test_suite.py", "tests/experiments/test_edit_routes.py",
-              "tests/experiments/test_quickstart_notebook.py", "tests/models/test_clip_parity.py",
+              "tests/experiments/test_quickstart_notebook.py",
               "tests/data/test_toyworld.py", "tests/models/test_clap_parity.py",
               "tests/experiments/test_bench_accel.py", "tests/models/test_eva_parity.py")
 

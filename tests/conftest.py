@@ -9,20 +9,38 @@ pretrained once per test session into a temporary cache root, for every test tha
 families but not a cold pretraining (the experiment suite, the main job's runs). Under
 pytest-xdist the workers share one root: the first pretrains under a file lock, the others load.
 Tests link its ``toyworld/`` directory into their own cache roots (``link_micro_world``), so
-each keeps its own engine cache (embeddings, fine-tunes, operators, compiled programs) while
-the pretrained families are computed once.
+each keeps its own engine cache (embeddings, fine-tunes, operators) while the pretrained
+families are computed once.
+
+The compiled XLA programs are shared as well: every engine cache the session's runs use on the
+micro world gets its ``xla/`` linked to the session's one (``link_compiled``), so a program one
+run compiled (in a subprocess or in a worker, on either pytest-xdist worker) is loaded by every
+later run. A compiled program is the same executable whether compiled or loaded (the main job's
+warm reruns write the same bytes as its cold run, tested), so no result depends on which run
+compiled it; what each run computes itself (fine-tunes, solves, cells) stays its own.
 """
 
 import os
 
 import pytest
 
-# The slowest files (pytest --durations on the 2-core machine), started first.
-SLOW_FIRST = ("tests/experiments/test_main_job.py", "tests/parallel/test_partition.py",
+# JAX puts the path of XLA's GPU autotuning cache (under the compilation cache directory) into
+# the compile options that key each program in the persistent compilation cache, so a program
+# compiled with the cache at one path is never found through another (a link included). Without
+# that GPU-only cache (this suite runs on the CPU) the key is the program's alone, and the runs
+# of the session share one compilation cache (``link_compiled``). Read when JAX is imported:
+# by this process's later imports and by every subprocess a test starts.
+os.environ.setdefault("JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES", "none")
+
+# The slowest files (pytest --durations on the 2-core machine), started first. The first goes to
+# one worker, the next ones to the other: the main job's cold run (the first) compiles the micro
+# world's programs while the other worker runs files that do not use the micro world (no wait
+# for its pretraining), so the partition's one-process run, started after them, loads them.
+SLOW_FIRST = ("tests/experiments/test_main_job.py",
+              "tests/experiments/test_audio_main_job.py", "tests/parallel/test_multiprocess.py",
+              "tests/models/test_clip_parity.py", "tests/parallel/test_partition.py",
               "tests/experiments/test_suite.py", "tests/experiments/test_edit_routes.py",
-              "tests/parallel/test_multiprocess.py",
               "tests/experiments/test_quickstart_notebook.py",
-              "tests/experiments/test_audio_main_job.py", "tests/models/test_clip_parity.py",
               "tests/data/test_toyworld.py", "tests/models/test_clap_parity.py",
               "tests/experiments/test_bench_accel.py", "tests/models/test_eva_parity.py")
 
@@ -50,6 +68,7 @@ def micro_world_cache(tmp_path_factory):
     fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed
     if not all(world_lib.is_cached(config, f) for f in config.families):
       world_lib.build_world(config, log=None)
+    os.makedirs(os.path.join(root, "xla"), exist_ok=True)  # the session's compiled programs
   return str(root)
 
 
@@ -59,3 +78,13 @@ def link_micro_world(micro_world_cache: str, cache_root) -> str:
   os.makedirs(cache_root, exist_ok=True)
   os.symlink(os.path.join(micro_world_cache, "toyworld"), os.path.join(cache_root, "toyworld"))
   return str(cache_root)
+
+
+def link_compiled(micro_world_cache: str, engine_cache) -> str:
+  """Makes ``engine_cache`` (an engine's cache directory, ``--config.cache_dir``; created if
+  missing) keep its compiled XLA programs (``study.compilation_cache_dir``: its ``xla/``) in the
+  session's one compilation cache. Returns ``engine_cache`` as a string."""
+  from platonic_jax import study
+  os.makedirs(engine_cache, exist_ok=True)
+  os.symlink(os.path.join(micro_world_cache, "xla"), study.compilation_cache_dir(str(engine_cache)))
+  return str(engine_cache)

@@ -35,9 +35,10 @@ def micro(tmp_path_factory, micro_world_cache):
   """(world, cache_dir): the micro world loaded once, and the experiments' shared cache."""
   from experiments.configs import toy_world
   from platonic_jax.data.toyworld import build_world
-  from tests.conftest import link_micro_world
+  from tests.conftest import link_compiled, link_micro_world
   root = tmp_path_factory.mktemp("pj_cache")
   link_micro_world(micro_world_cache, root)
+  link_compiled(micro_world_cache, root / "experiments")
   old = os.environ.get("PLATONIC_JAX_CACHE")
   os.environ["PLATONIC_JAX_CACHE"] = str(root)
   try:

@@ -164,3 +164,23 @@ def test_timed_log_keeps_concurrent_lines_whole(monkeypatch):
   lines = "".join(out.parts).splitlines()
   assert len(lines) == 160
   assert all(line.count("fine-tune") == 1 and line.endswith(" ") for line in lines)
+
+
+def test_timed_log_writes_each_line_in_one_write(monkeypatch):
+  """The source fine-tunes log from two threads: a line written in two parts (text, then its
+  newline, as ``print`` writes) can join another thread's line, which the logs are read by."""
+  import io
+  import re
+  import sys
+  writes = []
+
+  class Out(io.StringIO):
+    def write(self, s):
+      writes.append(s)
+      return len(s)
+  monkeypatch.setattr(sys, "stdout", Out())
+  log = launch.timed_log()
+  log("  fine-tune clip-a on shape")
+  log("[2/5] source fine-tunes")
+  assert len(writes) == 2 and all(w.endswith("\n") and w.count("\n") == 1 for w in writes)
+  assert re.fullmatch(r"\[ *\d+\.\ds\]   fine-tune clip-a on shape\n", writes[0]), writes

@@ -1,6 +1,6 @@
 """The main job end to end on the micro toy world (its families pretrained once per session,
-``tests/conftest.py``; the engine's cache cold: fine-tunes, operators and compiled programs
-computed by the first run)."""
+``tests/conftest.py``; the engine's cache cold: fine-tunes and operators computed by the first
+run; compiled programs shared with the session's other runs on the micro world)."""
 
 import json
 import re
@@ -134,9 +134,12 @@ def _refuses(refused, module, override, match):
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory, micro_world_cache):
-  """The main job's PLATONIC_JAX_CACHE: the session's micro world, an empty engine cache."""
-  from tests.conftest import link_micro_world
-  return link_micro_world(micro_world_cache, tmp_path_factory.mktemp("cache"))
+  """The main job's PLATONIC_JAX_CACHE: the session's micro world, an empty engine cache (its
+  compiled programs the session's: ``tests/conftest.py``)."""
+  from tests.conftest import link_compiled, link_micro_world
+  root = link_micro_world(micro_world_cache, tmp_path_factory.mktemp("cache"))
+  link_compiled(micro_world_cache, os.path.join(root, "experiments"))
+  return root
 
 
 @pytest.fixture(scope="module")

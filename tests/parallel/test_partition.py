@@ -105,9 +105,11 @@ def runs(tmp_path_factory, micro_world_cache):
   {name: (workdir, output)}, plus "killed": (status, output, shard records after the kill).
   Each starts from an empty engine cache (the 2-process runs share theirs); the pretrained
   micro world is the session's."""
-  from tests.conftest import link_micro_world
+  from tests.conftest import link_compiled, link_micro_world
   d = tmp_path_factory.mktemp("partition")
   world = link_micro_world(micro_world_cache, d / "world")
+  for engine in ("c1", "c2"):  # compiled programs: the session's (tests/conftest.py)
+    link_compiled(micro_world_cache, d / engine)
   out = {"one": (d / "one", _run(world, d / "one", d / "c1", 1, "one")),
          "two": (d / "two", _run(world, d / "two", d / "c2", 2, "two"))}
   # The kill reuses the engine cache the 2-process run filled: its cells are what is left.

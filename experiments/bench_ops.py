@@ -29,16 +29,23 @@ from __future__ import annotations
 import os
 
 from absl import app, flags
-from experiments import bench_common
+from experiments import bench_common, launch
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("batch", 16, "images per step (bench_lora: 16)")
-flags.DEFINE_integer("tokens", 197, "tokens per image (ViT-B/16 at 224: 197)")
-flags.DEFINE_integer("hidden", 768, "width")
-flags.DEFINE_integer("heads", 12, "attention heads")
-flags.DEFINE_integer("reps", 7, "timed repetitions per row and side")
-flags.DEFINE_integer("threads", 0, "torch intra-op threads (0: os.cpu_count(), as XLA)")
-flags.DEFINE_bool("tiny", False, "small shapes, 2 repetitions: seconds on any CPU")
+
+
+def define_flags():
+  """The launcher's flags, defined when it runs (``__main__``), not on import: the test imports
+  this module beside other benchmarks whose flags have the same names."""
+  flags.DEFINE_integer("batch", 16, "images per step (bench_lora: 16)")
+  flags.DEFINE_integer("tokens", 197, "tokens per image (ViT-B/16 at 224: 197)")
+  flags.DEFINE_integer("hidden", 768, "width")
+  flags.DEFINE_integer("heads", 12, "attention heads")
+  flags.DEFINE_integer("reps", 7, "timed repetitions per row and side")
+  flags.DEFINE_integer("threads", 0, "torch intra-op threads (0: os.cpu_count(), as XLA)")
+  flags.DEFINE_bool("tiny", False, "small shapes, 2 repetitions: seconds on any CPU")
+  launch.define_distributed_flags()
+
 
 KERNELS = {"ynnpack": {}, "eigen": {"xla_cpu_experimental_ynn_fusion_type": ""}}
 
@@ -140,6 +147,7 @@ def _row(name, fn, args, torch_fn, flops, reps):
 
 def main(argv):
   del argv
+  launch.start_distributed()  # before anything touches a JAX device
   print(bench_common.machine_line())
   import torch
   threads = FLAGS.threads or os.cpu_count()
@@ -171,4 +179,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -215,3 +215,28 @@ def test_addition_with_a_naflex_siglip2_model_as_target_and_source(real, naflex,
   shapes[0] = shapes[0][::-1]  # 5x4 patches read as 4x5: same pixels, another image
   assert study.array_hash(NaflexInputs(same.pixel_values, same.pixel_attention_mask,
                                        shapes)) != h
+
+
+def test_table24_head_edit_on_a_naflex_siglip2_checkpoint(real, naflex, tmp_path):
+  """Table 24 on the real path: a SigLIP2 checkpoint directory as the residual-head target, a
+  CLIP checkpoint as the source; both routes (head edit, embedding operator) score the same
+  cells, the oracle and random-UTD go through the head edit, and the table renders."""
+  ckpt, _, _ = real
+  config = _config("table24_head_edit", real, **{
+      "data.models": {"tiny": ckpt, "naflex": naflex}, "targets": [], "sources": ["tiny"],
+      "data.max_test": 16})
+  out = tables.run(config, str(tmp_path / "work"), log=lambda s: None)
+  cells = [r for r in out.records if r["cell"]["kind"] in ("addition", "negation")]
+  assert {r["cell"]["target"] for r in cells} == {"naflex"}  # the one residual-head model
+  assert {r["cell"]["kind"] for r in cells} == {"addition", "negation"}
+  for r in cells:
+    acc = r["metrics"]["accuracy"]
+    if r["cell"]["kind"] == "addition":
+      assert set(acc) == {"head_edit", "embedding_operator", "oracle", "random_utd"}
+      scored = list(acc.values())
+    else:
+      assert set(acc) == {"0.5", "1"} and all(
+          set(v) == {"head_edit", "embedding_operator"} for v in acc.values())
+      scored = [a for v in acc.values() for a in v.values()]
+    assert all(0.0 <= a <= 100.0 for accs in scored for a in accs.values())
+  assert "Table 24" in open(tmp_path / "work" / "tables.md").read()

@@ -224,7 +224,7 @@ def test_table24_head_edit_on_a_naflex_siglip2_checkpoint(real, naflex, tmp_path
   ckpt, _, _ = real
   config = _config("table24_head_edit", real, **{
       "data.models": {"tiny": ckpt, "naflex": naflex}, "targets": [], "sources": ["tiny"],
-      "data.max_test": 16})
+      "distinct_sources": False, "data.max_test": 16})  # one source: both terms from it
   out = tables.run(config, str(tmp_path / "work"), log=lambda s: None)
   cells = [r for r in out.records if r["cell"]["kind"] in ("addition", "negation")]
   assert {r["cell"]["target"] for r in cells} == {"naflex"}  # the one residual-head model

@@ -18,12 +18,12 @@ import time
 
 import pytest
 
+from tests.parallel.shares import shares
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FLAGS = ["--config=experiments/configs/main.py:micro", "--config.data.tasks=('shape', 'color')",
          "--config.data.families=('clip-a', 'siglip-b')",  # the micro world without its twin
          "--config.source.steps=20", "--config.adapter.steps=10"]
-SHARE = re.compile(r"process (\d) of (\d) did (\d+) fine-tunes, (\d+) solves, (\d+) cells "
-                   r"\((\d+) adapter fits\)")
 
 
 def _env(world_cache):
@@ -119,20 +119,6 @@ def runs(tmp_path_factory, micro_world_cache):
   return out
 
 
-def _shares(log, processes):
-  """{process: (fine-tunes, solves, cells, adapter fits)} from each process's last line."""
-  got = {}
-  for line in log.splitlines():
-    m = SHARE.search(line)
-    if m and int(m.group(2)) == processes:
-      p = int(m.group(1))
-      if processes > 1:
-        assert line.startswith(f"[p{p}]"), line
-      got[p] = tuple(int(g) for g in m.groups()[2:])
-  assert sorted(got) == list(range(processes)), log[-3000:]
-  return got
-
-
 def _close(a, b, path="", tol=1e-6):
   """Asserts two JSON values are equal, numbers within ``tol``."""
   if isinstance(a, dict):
@@ -178,8 +164,8 @@ def test_each_process_does_only_its_share(runs):
   from experiments.configs import main as main_config
   from platonic_jax import pipeline
   from platonic_jax.parallel import distributed
-  (one,) = _shares(runs["one"][1], 1).values()
-  two = _shares(runs["two"][1], 2)
+  (one,) = shares(runs["one"][1], 1).values()
+  two = shares(runs["two"][1], 2)
   # the per-process counts add up to the one-process run's, and neither process did it all
   assert tuple(map(sum, zip(*two.values()))) == one
   fine_tunes, solves, n_cells, fits = one
@@ -212,11 +198,11 @@ def test_each_process_does_only_its_share(runs):
 def test_rerun_after_a_kill_recomputes_only_what_is_missing(runs):
   status, log, after = runs["killed"]
   assert status != 0 and "launch_local: process 1 exited with status -9" in log
-  (one,) = _shares(runs["one"][1], 1).values()
+  (one,) = shares(runs["one"][1], 1).values()
   n_cells = one[2]
   # process 1 had recorded some of its cells, not all
-  assert 1 <= after[1] < _shares(runs["two"][1], 2)[1][2]
-  rerun = _shares(runs["rerun"][1], 2)
+  assert 1 <= after[1] < shares(runs["two"][1], 2)[1][2]
+  rerun = shares(runs["rerun"][1], 2)
   # the engine's cache held every fine-tune and operator; only the cells no shard held ran
   assert all(fine_tunes == 0 and solves == 0 for fine_tunes, solves, _, _ in rerun.values())
   assert sum(c for _, _, c, _ in rerun.values()) == n_cells - after[0] - after[1]

@@ -15,11 +15,11 @@ import sys
 
 import pytest
 
+from tests.parallel.shares import shares
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FLAGS = ["--config=experiments/configs/table2_negation.py:micro", "--config.sources=('clip-a',)",
          "--config.gradient_ascent.cells=0"]
-SHARE = re.compile(r"process (\d) of (\d) did (\d+) fine-tunes, (\d+) solves, (\d+) cells "
-                   r"\((\d+) adapter fits\)")
 
 
 def _env(world_cache):
@@ -65,20 +65,6 @@ def runs(tmp_path_factory, micro_world_cache):
   return out
 
 
-def _shares(log, processes):
-  """{process: (fine-tunes, solves, cells, adapter fits)} from each process's last line."""
-  got = {}
-  for line in log.splitlines():
-    m = SHARE.search(line)
-    if m and int(m.group(2)) == processes:
-      p = int(m.group(1))
-      if processes > 1:
-        assert line.startswith(f"[p{p}]"), line
-      got[p] = tuple(int(g) for g in m.groups()[2:])
-  assert sorted(got) == list(range(processes)), log[-3000:]
-  return got
-
-
 @pytest.mark.parametrize("name", ["two", "resume"])
 def test_processes_write_what_one_process_writes(runs, name):
   one, work = runs["one"][0], runs[name][0]
@@ -98,8 +84,8 @@ def test_each_process_does_only_its_share(runs):
   from experiments import tables
   from experiments.configs import table2_negation
   from platonic_jax.parallel import distributed
-  (one,) = _shares(runs["one"][1], 1).values()
-  two = _shares(runs["two"][1], 2)
+  (one,) = shares(runs["one"][1], 1).values()
+  two = shares(runs["two"][1], 2)
   assert one == (2, 4, 2, 1)  # clip-a x 2 tasks; 2 requests of 2 specs; 2 cells, 1 adapter fit
   assert tuple(map(sum, zip(*two.values()))) == one
   for counts in two.values():
@@ -120,7 +106,7 @@ def test_each_process_does_only_its_share(runs):
 
 
 def test_rerun_over_a_dead_runs_shards_computes_only_the_missing_cell(runs):
-  resume = _shares(runs["resume"][1], 2)
+  resume = shares(runs["resume"][1], 2)
   # the engine's cache held every fine-tune and operator; the one cell no shard held ran on
   # process 0 (the assignment of one item)
   assert [resume[p][:3] for p in (0, 1)] == [(0, 0, 1), (0, 0, 0)]

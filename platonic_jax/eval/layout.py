@@ -85,17 +85,38 @@ def entry(acc: float, delta: float | None) -> str:
   return f"{acc:.2f}" if delta is None else f"{acc:.2f} ({delta:+.1f})"
 
 
+def zero_means(rows: Sequence[Row]) -> np.ndarray:
+  """Per column, the mean zero-shot of ``rows``' cells."""
+  return np.mean([r.zero_shot for r in rows], axis=0)
+
+
+def means(rows: Sequence[Row]) -> tuple[np.ndarray, np.ndarray]:
+  """Per column, the mean accuracy of ``rows`` and their mean change from each row's own
+  zero-shot: what a row of every table prints, in either layout."""
+  acc = np.mean([r.accuracy for r in rows], axis=0)
+  delta = np.mean([np.subtract(r.accuracy, r.zero_shot) for r in rows], axis=0)
+  return acc, delta
+
+
 def zero_entries(rows: Sequence[Row]) -> list[str]:
   """Per column, the mean zero-shot of ``rows``' cells (``entry``)."""
-  return [entry(z, None) for z in np.mean([r.zero_shot for r in rows], axis=0)]
+  return [entry(z, None) for z in zero_means(rows)]
 
 
 def mean_entries(rows: Sequence[Row]) -> list[str]:
   """Per column, the mean accuracy of ``rows`` and, in brackets, their mean change from each
-  row's own zero-shot (``entry``): what a row of every table prints."""
-  acc = np.mean([r.accuracy for r in rows], axis=0)
-  delta = np.mean([np.subtract(r.accuracy, r.zero_shot) for r in rows], axis=0)
-  return [entry(a, d) for a, d in zip(acc, delta)]
+  row's own zero-shot (``entry``, ``means``)."""
+  return [entry(a, d) for a, d in zip(*means(rows))]
+
+
+def _blocks(rows: Sequence[Row], blocks: Mapping[str, str], base: str):
+  """Yields ``(label, block rows, base cells)`` per block of ``blocks`` ({Row.setting: label})
+  that has rows of the ``base`` method: what both layouts print a table or section for."""
+  for setting, label in blocks.items():
+    block = [r for r in rows if r.setting == setting]
+    cells = [r for r in block if r.method == base]
+    if cells:
+      yield label, block, cells
 
 
 def method_tables(rows: Sequence[Row], columns: Sequence[str], *, title: str | None,
@@ -107,11 +128,7 @@ def method_tables(rows: Sequence[Row], columns: Sequence[str], *, title: str | N
   method of ``methods`` present (in that order), with a ``cells`` column. ``columns``: the
   header of each value column. "" when no row has the ``base`` method."""
   out = []
-  for setting, label in blocks.items():
-    block = [r for r in rows if r.setting == setting]
-    cells = [r for r in block if r.method == base]
-    if not cells:
-      continue
+  for label, block, cells in _blocks(rows, blocks, base):
     body = [["Zero-shot"] + zero_entries(cells) + [str(len(cells))]]
     for method, name in methods.items():
       rs = [r for r in block if r.method == method]
@@ -141,13 +158,9 @@ def text_tables(rows: Sequence[Row], columns: Sequence[str], *, title: str,
     return f"{name:<26s}" + "".join(f"{v:>17s}" for v in vals) + f"{n!s:>7}"
 
   def zero_row(name, rs):
-    return line(name, [f"{z:17.2f}" for z in np.mean([r.zero_shot for r in rs], axis=0)], len(rs))
+    return line(name, [f"{z:17.2f}" for z in zero_means(rs)], len(rs))
   out = []
-  for setting, label in blocks.items():
-    block = [r for r in rows if r.setting == setting]
-    cells = [r for r in block if r.method == base]
-    if not cells:
-      continue
+  for label, block, cells in _blocks(rows, blocks, base):
     out += [label, line("Method", columns, "cells"), zero_row("Zero-shot", cells)]
     for method in methods:
       rs = [r for r in block if r.method == method]
@@ -155,9 +168,7 @@ def text_tables(rows: Sequence[Row], columns: Sequence[str], *, title: str,
         continue
       if method in subsets:
         out.append(zero_row(f"Zero-shot, {method.replace('_', ' ')} runs", rs))
-      acc = np.mean([r.accuracy for r in rs], axis=0)
-      delta = np.mean([np.subtract(r.accuracy, r.zero_shot) for r in rs], axis=0)
-      out.append(line(METHODS[method], [f"{a:9.2f} ({d:+5.1f})" for a, d in zip(acc, delta)],
+      out.append(line(METHODS[method], [f"{a:9.2f} ({d:+5.1f})" for a, d in zip(*means(rs))],
                       len(rs)))
   return "\n".join([f"{title}; {TEXT_UNITS}"] + out) if out else ""
 

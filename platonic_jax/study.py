@@ -1188,10 +1188,13 @@ def compilation_cache_dir(cache_dir: str = "") -> str:
 
 def use_compilation_cache(cache_dir: str = "") -> None:
   """Compiled XLA programs persist under ``compilation_cache_dir(cache_dir)``, so a warm
-  rerun of any experiment skips compiling them."""
+  rerun of any experiment skips compiling them: every program, however quickly it compiles
+  (JAX's default keeps only those taking over a second; a warm micro main job compiles about
+  120 programs of under 0.2 s each, and loading them instead takes it from 26 s to 22 s on
+  the 2-core Xeon VM)."""
   import jax
   jax.config.update("jax_compilation_cache_dir", compilation_cache_dir(cache_dir))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ an adapter fit, 2 source fine-tunes, 2 operator requests), writes what one proce
 each process doing only its share; a rerun over the shards a dead 3-process run left computes
 only the cell they lack.
 The one-process and the 2-process runs start from empty engine caches of their own (sharing
-the session's pretrained micro world); the rerun uses the 2-process run's."""
+the session's pretrained micro world and compiled programs); the rerun uses the 2-process
+run's."""
 
 import json
 import os
@@ -50,9 +51,11 @@ def runs(tmp_path_factory, micro_world_cache):
   """{name: (workdir, output)}: the table on one process, on two, and on two again over the
   shards a 3-process run left when it died (the one-process run's records but one, and a torn
   line)."""
-  from tests.conftest import link_micro_world
+  from tests.conftest import link_compiled, link_micro_world
   d = tmp_path_factory.mktemp("suite_partition")
   world = link_micro_world(micro_world_cache, d / "world")
+  for engine in ("c1", "c2"):  # compiled programs: the session's (tests/conftest.py)
+    link_compiled(micro_world_cache, d / engine)
   out = {"one": (d / "one", _run(world, d / "one", d / "c1", 1, "one")),
          "two": (d / "two", _run(world, d / "two", d / "c2", 2, "two"))}
   lines = _lines(d / "one" / "results.jsonl")

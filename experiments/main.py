@@ -11,13 +11,16 @@ resumable sweep instead (``experiments.suite``: ``experiments.tables`` runs it,
 
     python -m experiments.main --config=experiments/configs/table1_addition.py:micro --workdir=/tmp/t1
 
-Writes WORKDIR/results.jsonl (one record per cell and method), WORKDIR/summary.json,
+Every config runs the same way: ``experiments.suite`` runs its experiment's module of
+``experiments.tables`` (``experiments.tables.run``); the main job is the experiment "main"
+(``experiments/tables/main_job.py``), which builds (or loads) the world first. It writes
+WORKDIR/results.jsonl (one record per cell and method), WORKDIR/summary.json,
 WORKDIR/tables.txt (the paper's Table 1 and Table 2 layouts, also printed) and
 WORKDIR/negation.png, and ends by listing them. An audio config (``main.py:audio``,
 ``main.py:audio_micro``: a world of ``modality`` "audio") runs the same engine on the audio
 world's CLAP families (``platonic_jax.data.audioworld``) and writes the paper's audio-text
 Table 4, 26 and 27 layouts instead. The main job is one experiment of the engine
-(``platonic_jax.pipeline`` on ``platonic_jax.study``): embeddings, source fine-tunes and
+(``platonic_jax.pipeline``'s stages on ``platonic_jax.study``): embeddings, source fine-tunes and
 operators are cached under the engine's cache (``--config.cache_dir``), and each finished cell
 is a record of WORKDIR/cells.jsonl, so a killed run resumes where it stopped when rerun with the
 same command. Slow stages show progress bars with the time
@@ -47,41 +50,28 @@ launch.define_distributed_flags()
 
 def main(argv):
   del argv
-  from platonic_jax import pipeline
-
   logging.set_verbosity(logging.WARNING)  # keep Orbax's per-checkpoint info lines out
   launch.set_progress(_PROGRESS.value)
   log = launch.timed_log()
   config = _CONFIG.value
-  if config.get("experiment", "main") != "main":
-    from experiments import suite
-    launch.start_distributed()
-    suite.main(config, _WORKDIR.value if flags.FLAGS["workdir"].present else None, log)
-    return
-  launch.configure(config)  # refuse a bad config before building anything; seed it
-  is_cached = launch.world_package(config).world.is_cached
-  launch.check_workdir(_WORKDIR.value)
-  launch.use_compilation_cache(config)
-  subset = tuple(config.data.families) or None
-  if _KEEP_MEMORY.value and all(is_cached(config.data.world, f)
-                                for f in subset or tuple(config.data.world.families)):
-    # Warm runs only: the tunables speed the pipeline up (169 s against 248 s warm, default
-    # world, 2 cores) but slow contrastive pretraining down (clip-a 107 s against 75 s).
-    from experiments import malloc_env
-    malloc_env.reexec_with_tunables("experiments.main", sys.argv[1:])
+  main_job = config.get("experiment", "main") == "main"
+  if main_job:
+    launch.configure(config)  # refuse a bad config before building anything; seed it
+    launch.check_workdir(_WORKDIR.value)
+    is_cached = launch.world_package(config).world.is_cached
+    subset = tuple(config.data.families) or None
+    if _KEEP_MEMORY.value and all(is_cached(config.data.world, f)
+                                  for f in subset or tuple(config.data.world.families)):
+      # Warm runs only: the tunables speed the job up (169 s against 248 s warm, default
+      # world, 2 cores) but slow contrastive pretraining down (clip-a 107 s against 75 s).
+      from experiments import malloc_env
+      malloc_env.reexec_with_tunables("experiments.main", sys.argv[1:])
   # After the re-exec (a re-executed process joins the others once), before any device is used.
   launch.start_distributed()
-  kind = "audio world" if pipeline.is_audio(config) else "toy world"
-  log(f"[0/5] {kind} '{config.data.world.variant}' seed {config.seed}: pretraining or cache")
-  world = launch.build_world(config, log)
-  if pipeline.run(world, config, _WORKDIR.value, log=log) is None:
-    return  # another process of the program wrote the outputs
-  print(launch.where(_WORKDIR.value, [
-      ("results", "results.jsonl", "one record per cell and method"),
-      ("summary", "summary.json", "mean changes per setting and method, selection, ceilings"),
-      ("tables", pipeline.TABLES, "Table 4 and Table 26 layouts (audio), printed above"
-       if pipeline.is_audio(config) else "Table 1 and Table 2 layouts, printed above"),
-      ("figures", "negation.png", "Figure 2: cross-model negation against its strength")]))
+  from experiments import suite
+  # The main job's workdir defaults to the flag's (workdir/main), a table's to its own name.
+  present = main_job or flags.FLAGS["workdir"].present
+  suite.main(config, _WORKDIR.value if present else None, log)
 
 
 if __name__ == "__main__":

@@ -60,21 +60,11 @@ def main_job_records(p: str) -> list[dict] | None:
 
 
 def render_main_job(records: Sequence[dict], summary: dict | None) -> str:
-  """The main job's Table 1 and Table 2 layouts (``pipeline.format_tables``; the audio main
-  job's, whose negation records name retained tasks: its Table 4, 26 and 27 layouts,
-  ``pipeline.format_audio_tables``, fenced) with, where its ``summary.json`` is there, the
-  retention ratios and the method options it departed on."""
-  from platonic_jax.pipeline import format_audio_tables, format_tables
-  cell = records[0]
-  controls = [t for t in cell["accuracy"]
-              if t not in cell["tasks"] and t not in cell.get("retained_tasks", ())]
-  if summary and sorted(summary.get("controls", [])) == sorted(controls):
-    controls = list(summary["controls"])  # the order the job printed its columns in
-  if any("retained_tasks" in r for r in records):  # the records hold no strength: unnamed
-    text = ("```\n" + format_audio_tables(records, controls, alpha=None,
-                                           negation_lambda=None).strip() + "\n```")
-  else:
-    text = format_tables(records, controls).strip()
+  """The main job's tables of its results.jsonl records (``tables.main_job.render_flat``: Table
+  1 and Table 2 layouts; the audio main job's Tables 4, 26 and 27) with, where its
+  ``summary.json`` is there, the retention ratios and the method options it departed on."""
+  from experiments.tables import main_job
+  text = main_job.render_flat(records, (summary or {}).get("controls", ()))
   parts = [f"## main job ({len(records)} records)\n", text, ""]
   if summary:
     for k in ("oracle_retention", "consensus_retention"):

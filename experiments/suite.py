@@ -1,8 +1,10 @@
-"""The suite's launcher half: run (or resume) a paper table's sweep, then render its report.
+"""The suite's launcher half: run (or resume) an experiment's sweep, then render its report.
 
-``experiments.main`` calls ``main`` for a config with an ``experiment`` field; the sweep itself
-is ``experiments.tables.run`` and the rendering ``experiments.report`` (neither imports the
-other's launcher). Over several processes (``experiments.launch_local``, a pod, SLURM) the
+``experiments.main`` calls ``main`` for every config, the main job's (experiment "main") and
+the paper tables'; the sweep itself is ``experiments.tables.run`` and the rendering
+``experiments.report`` (neither imports the other's launcher). An experiment that writes its
+own outputs (the main job: ``experiments.tables.main_job``) prints its tables itself and is
+listed by its module's ``listing`` instead of the report. Over several processes (``experiments.launch_local``, a pod, SLURM) the
 cells are divided as the main job's are, process 0 alone writes the results, tables, report and
 figures, and every process ends its log with what it did (``sweep.share_line``).
 """
@@ -19,24 +21,30 @@ def default_workdir(config) -> str:
   return os.path.join("workdir", f"{config.experiment}_{config.variant}")
 
 
-def main(config, workdir: str | None, log: Callable[[str], None] = print) -> tables.Outcome:
-  """The launcher's half (``experiments.main``): compilation cache, run, report."""
+def main(config, workdir: str | None, log: Callable[[str], None] = print,
+         world=None) -> tables.Outcome:
+  """The launcher's half (``experiments.main``): compilation cache, run, report (or the
+  module's own outputs' listing). world: an already built toy world to reuse (tests)."""
   from platonic_jax.sweep import check_writable_dir
 
-  from experiments.launch import use_compilation_cache
-  tables.get(config.experiment)  # fail on an unknown experiment before any model is loaded
+  from experiments.launch import use_compilation_cache, where
+  module = tables.get(config.experiment)  # an unknown experiment fails before anything loads
   workdir = workdir or default_workdir(config)
   check_writable_dir(workdir, "--workdir")  # and on a workdir it could not write
   use_compilation_cache(config)  # the engine's one root, the main job's too
   log(f"experiment {config.experiment} ({config.variant}) -> {workdir}")
-  outcome = tables.run(config, workdir, log=log)
+  outcome = tables.run(config, workdir, log=log, world=world)
   if outcome.records is None:  # another process of the program wrote the outputs
     log(outcome.share)
+    return outcome
+  listing = getattr(module, "listing", None)
+  if listing is not None:  # it wrote and printed its own outputs; its listing ends the log
+    log(outcome.share)
+    print(where(workdir, listing(config)))
     return outcome
   md, pngs = report.write([os.path.join(workdir, tables.RESULTS)], workdir)
   with open(md) as f:
     print(f.read())
-  from experiments.launch import where
   outputs = [("results", tables.RESULTS, f"{len(outcome.records)} cells, "
                                          f"{len(outcome.computed)} computed now; rerun the "
                                          "command to resume"),

@@ -1,25 +1,30 @@
-"""The main job: the whole method over a toy world's families and tasks, as one experiment of
-the engine (``platonic_jax.study``: cached embeddings, source fine-tunes and operators, and
-``cell_accuracies``, the cell every experiment reads), run as a resumable sweep
-(``platonic_jax.sweep``).
+"""The main job's method: the whole method over a toy world's families and tasks, as one
+experiment of the engine (``platonic_jax.study``: cached embeddings, source fine-tunes and
+operators, and ``cell_accuracies``, the cell every experiment reads). The job itself is the
+suite's experiment "main" (``experiments/tables/main_job.py``), run like every paper table by
+``experiments.tables.run`` as a resumable sweep (``platonic_jax.sweep``); this module holds its
+stages and its pure functions.
 
 Stages:
 
-1. ``prepare``: a ``Study`` of the world (the config's method options), every model's
-   embeddings, a rank-4 labeled LoRA fine-tune per (model, downstream task) (its descriptor
-   ``U = (A_ft - A_pre) H_C``), and per (target, task) the closed-form operators of every source
-   with label-free selection of (rank, ridge), a random-UTD control per source and the operator
-   of the consensus of the other families' descriptors.
-2. ``run``: every addition and negation cell (``cells``) for every method, one sweep record per
-   cell in ``WORKDIR/cells.jsonl`` (a killed run resumes where it stopped), then Figure 2's
-   curve, ``summarize`` (mean changes in points, the paper's Table 1/2 layouts) and the outputs.
+1. ``prepare`` / ``prepare_study``: a ``Study`` of the world (the config's method options),
+   every model's embeddings, a rank-4 labeled LoRA fine-tune per (model, downstream task) (its
+   descriptor ``U = (A_ft - A_pre) H_C``), and per (target, task) the closed-form operators of
+   every source with label-free selection of (rank, ridge), a random-UTD control per source and
+   the operator of the consensus of the other families' descriptors.
+2. the cells (``job_cells``): every addition and negation cell for every method
+   (``compute_cell``), one sweep record per cell in ``WORKDIR/cells.jsonl`` (``CELLS``: a
+   killed run resumes where it stopped), then Figure 2's curve (``negation_curve``),
+   ``summarize`` (mean changes in points, the paper's Table 1/2 layouts: ``format_tables``)
+   and the outputs (``write_outputs``).
 
 Controls never enter any fit; no stage after the source fine-tunes reads a label.
 
 Several processes (one JAX program, ``platonic_jax.parallel.distributed``) divide the work:
 embeddings are data parallel over every device, the fine-tunes and operator solves are divided
-by the engine (``Study.sources``, ``Study.operators_many``), the cells by ``sweep_cells`` (each
-process its own results shard, merged by process 0), and process 0 alone writes the outputs.
+by the engine (``Study.sources``, ``Study.operators_many``), the cells by the suite's
+``sweep.divided_sweep`` (each process its own results shard, merged by process 0, balanced by
+``cell_cost``), and process 0 alone writes the outputs.
 """
 
 from __future__ import annotations
@@ -33,7 +38,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from platonic_jax.core import options
 from platonic_jax.core.analysis import CONSENSUS
 from platonic_jax.core.select import check_rule
 from platonic_jax.study import CLOSED_FORM_METHODS
@@ -560,7 +564,8 @@ class Prepared:
   ``emb`` ({model: {task: TaskEmbeddings}}), ``zs`` (zero-shot accuracy in points per model and
   task), ``sources`` ({(model, task): Source}), ``ops`` ({(target, task, source): Operator};
   sources "random~<model>" are the random-UTD controls, ``CONSENSUS`` the consensus of the
-  other families) and the ``study`` that holds them all."""
+  other families) and the ``study`` that holds them all; ``started``: when stage 1 began
+  (``time.time()``, the job's runtime counts from it)."""
   names: list[str]
   controls: list[str]
   tasks: dict
@@ -571,6 +576,7 @@ class Prepared:
   study: Any = None
   models: list | None = None  # the main grid's families (``main_families``)
   pairs: tuple = ()  # the same-architecture (source, target) pairs
+  started: float = 0.0
 
 
 def make_study(world, cfg, names: Sequence[str], log: Callable[[str], None] = print):
@@ -587,9 +593,19 @@ def make_study(world, cfg, names: Sequence[str], log: Callable[[str], None] = pr
 
 def prepare(world, cfg, log: Callable[[str], None] = print) -> Prepared:
   """The main job's embeddings, source fine-tunes and operators on a built world (cached by the
-  engine: a rerun loads them)."""
+  engine: a rerun loads them): ``prepare_study`` of its ``make_study``."""
   names = check_config(cfg, world.downstream)
-  study = make_study(world, cfg, names, log)
+  return prepare_study(make_study(world, cfg, names, log), cfg, log)
+
+
+def prepare_study(study, cfg, log: Callable[[str], None] = print) -> Prepared:
+  """Stages 1-3 of the main job on its study (``make_study``: downstream tasks the config's,
+  the same-architecture twins secondary): every model's embeddings and zero-shot accuracies,
+  the source fine-tunes of every (model, downstream task), and the operators its cells read,
+  in the batched selections below. Every process of a multi-process program calls it (the
+  engine divides the fine-tunes and the solves)."""
+  started = time.time()
+  names = list(study.downstream)
   models, controls = list(study.models), list(study.controls)
   primary = main_families(models, cfg)
   tasks = {t: study.task(t) for t in names + controls}
@@ -611,7 +627,7 @@ def prepare(world, cfg, log: Callable[[str], None] = print) -> Prepared:
   # same-architecture cells' operators (their source's, its control, the target's own: what
   # ``cell_accuracies`` asks for) come after the main grid's, which they leave unchanged.
   # Several processes divide the requests (``Study.operators_many``).
-  pairs = same_architecture_pairs(world, cfg, models)
+  pairs = same_architecture_pairs(cfg, models)
   requests = []
   for tg in primary:
     for t in names:
@@ -626,18 +642,37 @@ def prepare(world, cfg, log: Callable[[str], None] = print) -> Prepared:
       ops.update({(tg, t, k): op for k, op in got.items()})
   for tg in primary:
     log(f"  operators for target {tg}")
-  return Prepared(names, controls, tasks, emb, zs, sources, ops, study, primary, pairs)
+  return Prepared(names, controls, tasks, emb, zs, sources, ops, study, primary, pairs, started)
 
 
-def same_architecture_pairs(world, cfg, models: Sequence[str]) -> tuple[tuple[str, str], ...]:
+def same_architecture_pairs(cfg, models: Sequence[str]) -> tuple[tuple[str, str], ...]:
   """Ordered (source, target) pairs of distinct families of ``models`` sharing one architecture
-  (``toyworld.world.same_architecture_pairs``, in name order): the same-architecture block's.
-  A pair of two main-grid families keeps its cross-model cells there as well. None for a
-  config without a ``same_architecture`` block, or on the audio world (no such pairs)."""
+  (``toyworld.world.same_architecture_pairs`` of ``cfg.data.world``, in name order): the
+  same-architecture block's. A pair of two main-grid families keeps its cross-model cells there
+  as well. None for a config without a ``same_architecture`` block, or on the audio world (no
+  such pairs)."""
   from platonic_jax.data.toyworld.world import same_architecture_pairs as pairs_of
   if "same_architecture" not in cfg or is_audio(cfg):
     return ()
-  return pairs_of(world.config, sorted(models))
+  return pairs_of(cfg.data.world, sorted(models))
+
+
+def job_cells(models: Sequence[str], names: Sequence[str], pairs: Sequence[tuple[str, str]],
+              cfg) -> tuple[list[dict], dict, dict]:
+  """``(cells, chosen, chosen_same_architecture)``: every cell of the main job in its records'
+  order over the main grid's ``models`` (``main_families``), the downstream ``names`` and the
+  same-architecture ``pairs`` (``audio_cells`` on the audio world, else ``cells`` then
+  ``same_architecture_cells``), and the adapter's cells of each block (``choose_*``)."""
+  if is_audio(cfg):
+    distinct = bool(cfg.get("distinct_sources", False))
+    chosen = choose_audio_adapter_cells(models, names, cfg.adapter.cells, cfg.seed, distinct)
+    return (audio_cells(models, names, chosen, distinct), chosen,
+            {"addition": [], "negation": []})
+  chosen = choose_adapter_cells(models, names, cfg.adapter.cells, cfg.seed)
+  chosen_sa = choose_same_architecture_adapter_cells(
+      pairs, names, cfg.same_architecture.adapter_cells if pairs else 0, cfg.seed)
+  return (cells(models, names, chosen) + same_architecture_cells(pairs, names, chosen_sa),
+          chosen, chosen_sa)
 
 
 def cell_cost(cell: dict, cfg) -> float:
@@ -654,102 +689,6 @@ def cell_cost(cell: dict, cfg) -> float:
   transport = 30.0 if cell.get("setting") == "same_architecture" else 0.0
   return (1.0 + (10.0 if same else 0.0) + transport
           + (cfg.adapter.steps + 10.0 if cell["adapter"] else 0.0))
-
-
-def sweep_cells(workdir: str, chash: str, todo_cells: Sequence[dict], compute: Callable,
-                cost: Callable[[dict], float]) -> tuple[list[dict] | None, list[str]]:
-  """The main job's resumable sweep of ``todo_cells`` in ``WORKDIR/cells.jsonl``, divided over
-  the processes (``sweep.divided_sweep``, the suite's tables' too); returns ``(records of every
-  cell in order, or None on a process but the primary; the keys this process computed)``."""
-  from platonic_jax.sweep import divided_sweep
-  return divided_sweep(os.path.join(workdir, CELLS), chash, "main", todo_cells, compute, cost)
-
-
-def run(world, cfg, workdir: str, log: Callable[[str], None] = print) -> dict:
-  """Runs the main job on a built world; writes results.jsonl, summary.json, negation.png and
-  tables.txt (``write_outputs``).
-
-  Each finished cell is a record of ``WORKDIR/cells.jsonl`` (``sweep.Sweep``, under the
-  config's hash): a rerun after a kill computes only the missing cells (the engine's cache holds
-  the embeddings, fine-tunes and operators) and writes what an uninterrupted run writes. A
-  ``workdir`` that cannot be written is refused first (``sweep.check_writable_dir``), a
-  ``cells.jsonl`` of another config before anything is computed.
-  """
-  from platonic_jax.parallel import distributed
-  from platonic_jax.sweep import check_results, check_writable_dir, config_hash, share_line
-  check_writable_dir(workdir, "workdir")
-  t0 = time.time()
-  names = check_config(cfg, world.downstream)
-  chash = config_hash(cfg)
-  distributed.check_same("the config", chash)  # every process runs the same job
-  check_results(os.path.join(workdir, CELLS), chash, "main")  # another config's: refused now
-  p = prepare(world, cfg, log)
-  models, controls, zs, sources, ops, study = (p.models, p.controls, p.zs, p.sources,
-                                               p.ops, p.study)
-  audio = is_audio(cfg)
-  distinct = bool(cfg.get("distinct_sources", False))
-  if audio:
-    chosen = choose_audio_adapter_cells(models, names, cfg.adapter.cells, cfg.seed, distinct)
-    all_cells = audio_cells(models, names, chosen, distinct)
-    chosen_sa = {"addition": [], "negation": []}
-  else:
-    chosen = choose_adapter_cells(models, names, cfg.adapter.cells, cfg.seed)
-    chosen_sa = choose_same_architecture_adapter_cells(
-        p.pairs, names, cfg.same_architecture.adapter_cells if p.pairs else 0, cfg.seed)
-    all_cells = (cells(models, names, chosen)
-                 + same_architecture_cells(p.pairs, names, chosen_sa))
-  srcs = lambda c: "+".join(dict.fromkeys(c[1]))
-  named = lambda ch: ("; ".join(f"{tg}<-{srcs(c)}:{'+'.join(c[0])}" for tg, c in ch["addition"])
-                      + " | " + "; ".join(f"{tg}<-{srcs(c)}:-{c[0][0]}"
-                                          for tg, c in ch["negation"]))
-  log("[4/5] addition and negation cells; adapter cells: " + named(chosen))
-  if p.pairs:
-    log("  same-architecture cells (" + ", ".join(f"{s}->{t}" for s, t in p.pairs)
-        + "); adapter cells: " + named(chosen_sa))
-  done, computed = sweep_cells(workdir, chash, all_cells,
-                               lambda cell: compute_cell(study, cfg, controls, cell, log),
-                               lambda cell: cell_cost(cell, cfg))
-  share = share_line(study.counts, computed, all_cells)
-  if done is None:  # the primary process writes the outputs
-    distributed.barrier("main:outputs")
-    log(share)
-    return None
-  records = [r for d in done for r in d["metrics"]["records"]]
-  log("[5/5] summary")
-  curve = negation_curve(study, ops, names, controls, cfg.negation_strengths)
-  summary = summarize(records)
-  summary["adapter_cells"] = {k: [[tg, list(c[0]), list(c[1])] for tg, c in v]
-                              for k, v in chosen.items()}
-  if p.pairs:
-    summary["same_architecture_pairs"] = [list(x) for x in p.pairs]
-    summary["same_architecture_adapter_cells"] = {
-        k: [[tg, list(c[0]), list(c[1])] for tg, c in v] for k, v in chosen_sa.items()}
-  summary["negation_curve"] = curve
-  summary["zero_shot"] = {m: {t: round(v, 4) for t, v in zs[m].items()} for m in zs}
-  summary["ceilings"] = {f"{m}/{t}": round(s.ceiling, 4) for (m, t), s in sources.items()}
-  summary["selection"] = {
-      "rule": cfg.get("selection_rule", "min"),
-      "operators": {"/".join(k): [op.rank, op.ridge] for k, op in sorted(ops.items())}}
-  summary["method"] = options.method_block(cfg)
-  summary["controls"] = list(controls)  # in the tables' column order
-  summary["runtime_s"] = round(time.time() - t0 + sum(
-      i.get("seconds", 0.0) for i in getattr(world, "pretrain_info", {}).values()
-      if not i.get("cached")), 1)
-  export = export_cells(cfg, names)
-  if export:
-    summary["exports"] = {spec: os.path.relpath(path, workdir) for spec, path in export_edited(
-        world.models, ops, export, cfg, os.path.join(workdir, "export"), log).items()}
-  if audio:
-    summary["negation_retained"] = retained_summary(records)
-    summary["distinct_sources"] = distinct
-  tables = (format_audio_tables(records, controls, alpha=cfg.alpha,
-                                negation_lambda=cfg.negation_lambda) if audio
-            else format_tables(records, controls))
-  write_outputs(workdir, records, summary, curve, tables)
-  log(tables)
-  distributed.barrier("main:outputs")
-  log(share)
-  return summary
 
 
 OUTPUTS = ("results.jsonl", "summary.json", "negation.png")

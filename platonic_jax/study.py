@@ -277,7 +277,9 @@ class Study:
   (``sources``). secondary: models that enter only the cells that name them (the main job's
   same-architecture twins): no other target's consensus holds them, and with random_draws
   "run" their draws follow every other (target, task, source)'s, so adding one leaves the other
-  models' operators and controls unchanged.
+  models' operators and controls unchanged. world: the built toy (or audio) world the models and
+  tasks come from (``from_config``), or None; an experiment's outputs may read it (the main
+  job's runtime counts the families it pretrained).
   """
 
   def __init__(self, models: Mapping[str, Any], tasks: Mapping[str, Any], *, cache_dir: str,
@@ -286,7 +288,7 @@ class Study:
                calibrate: bool = False, include_ceiling: bool = False,
                selection_rule: str = "min", random_draws: str = "cell", workers: int = 1,
                secondary: Sequence[str] = (), residual_head_route: str = "head_edit",
-               log: Callable[[str], None] = print):
+               log: Callable[[str], None] = print, world=None):
     from platonic_jax.core.grid import check_templates
     for name, task in dict(tasks).items():  # before any embedding: one bad prompt, one error
       check_templates(task.templates, f"task {name!r}")
@@ -324,6 +326,7 @@ class Study:
     self._run_keys: dict | None = None
     self.embed_batch = int(embed_batch)
     self.log = log
+    self.world = world
     self.cache_dir = os.path.abspath(os.path.expanduser(cache_dir))
     self.embeddings = EmbeddingCache(os.path.join(self.cache_dir, "embeddings"))
     self.counts: collections.Counter = collections.Counter()
@@ -1260,7 +1263,8 @@ def from_config(config, *, log: Callable[[str], None] = print, world=None,
     raise ValueError(f"config.data.source must be 'toy' or 'real', got {data.source!r}")
   return Study(models, tasks, cache_dir=experiment_cache_dir(config),
                downstream=downstream, controls=controls, source=config.source, seed=config.seed,
-               folds=config.folds, log=log, secondary=secondary, **method_options(config))
+               folds=config.folds, log=log, secondary=secondary, world=world,
+               **method_options(config))
 
 
 def method_options(config) -> dict:

@@ -10,8 +10,20 @@ Each module has ``cells(study, config) -> [cell]`` (small JSON-able dicts),
 over the processes of a multi-process program as the main job's cells are
 (``sweep.divided_sweep``).
 
+A module may also name hooks of its own, which ``run`` then calls instead of the generic steps
+(the main job's, ``main_job``, names them all): ``check(config)`` (refuses a bad config before
+anything is loaded, and may complete it, e.g. seeds), ``make_study(config, *, log, world)``
+(instead of ``platonic_jax.study.from_config``), ``prepare(study, config, cells) -> made``
+(instead of ``prepare``: called on every run and every process, before the sweep),
+``outputs(study, config, workdir, records, made) -> summary`` (process 0, after the sweep:
+what the run writes beside its sweep, instead of config.json, tables.md and skipped.json),
+``listing(config)`` (the outputs ``experiments.suite`` lists at the end), ``cost(config,
+cell)`` (``cell_cost``) and ``SWEEP`` (the sweep's file name in the workdir, default
+``results.jsonl``).
+
 | experiment     | paper                         | config                                   |
 |----------------|-------------------------------|------------------------------------------|
+| main           | the main job: Tables 1 and 2 (audio: 4, 26, 27); Figure 2 | experiments/configs/main.py |
 | addition       | Table 1 (13, 14, 22; Fig 3, 4) | experiments/configs/table1_addition.py   |
 | negation       | Table 2                       | experiments/configs/table2_negation.py   |
 | heldout        | Tables 3 and 18               | experiments/configs/table3_heldout.py    |
@@ -35,11 +47,12 @@ import os
 from typing import Any, Callable
 
 from experiments.tables import (addition, agreement, analogy, corollary, distillation, head_edit,
-                                heldout, linearity, negation, rank_cap, scales, seeds, strength)
+                                heldout, linearity, main_job, negation, rank_cap, scales, seeds,
+                                strength)
 
-EXPERIMENTS = {m.NAME: m for m in (addition, negation, heldout, linearity, corollary, agreement,
-                                   rank_cap, strength, seeds, analogy, distillation, head_edit,
-                                   scales)}
+EXPERIMENTS = {m.NAME: m for m in (main_job, addition, negation, heldout, linearity, corollary,
+                                   agreement, rank_cap, strength, seeds, analogy, distillation,
+                                   head_edit, scales)}
 RESULTS = "results.jsonl"
 SKIPPED = "skipped.json"  # {"task/split": [where each corrupt example left out lived]}
 
@@ -57,17 +70,20 @@ class Outcome:
   primary: process 0 merges and writes); computed: keys computed by this process; share: the
   line saying what this process did (``sweep.share_line``); unplanned: {"finetune", "solve"}:
   how many of each this process's cells did themselves, what the module's ``needs`` did not
-  name (``prepare``; 0 when it names everything they read)."""
+  name (``prepare``; 0 when it names everything they read); summary: what the module's
+  ``outputs`` hook returned (the main job's summary.json), on process 0."""
   records: list[dict] | None
   computed: list[str]
   study: Any
   share: str = ""
   unplanned: dict = dataclasses.field(default_factory=dict)
+  summary: Any = None
 
 
 def run(config, workdir: str, *, log: Callable[[str], None] = print, world=None,
         study=None) -> Outcome:
-  """Runs (or resumes) the sweep of ``config.experiment`` into ``workdir/results.jsonl``.
+  """Runs (or resumes) the sweep of ``config.experiment`` into ``workdir/results.jsonl`` (the
+  module's ``SWEEP``), through the module's hooks where it has them (module docstring).
 
   Also writes ``workdir/config.json`` (the config, its hash and the run's ``method`` block:
   ``platonic_jax.core.options.method_block``), ``workdir/tables.md`` and
@@ -96,24 +112,32 @@ def run(config, workdir: str, *, log: Callable[[str], None] = print, world=None,
   from experiments.configs.common import check_name_lists
   module = get(config.experiment)
   check_name_lists(config)
+  if hasattr(module, "check"):
+    module.check(config)
   check_writable_dir(workdir, "workdir")
   chash = config_hash(config)
   distributed.check_same("the config", chash)
-  path = os.path.join(workdir, RESULTS)
+  path = os.path.join(workdir, getattr(module, "SWEEP", RESULTS))
   done = check_results(path, chash, config.experiment)  # another config's: refused now
   if study is None:
-    study = study_lib.from_config(config, log=log, world=world)
+    make = getattr(module, "make_study", study_lib.from_config)
+    study = make(config, log=log, world=world)
   skipped = dict(getattr(study, "skipped", {}))
   for split, where in skipped.items():
     log(f"skipped {len(where)} corrupt example(s) of {split} (data.skip_corrupt): "
         f"{', '.join(where[:3])}{' ...' if len(where) > 3 else ''}")
   primary = distributed.is_primary()
+  own_outputs = getattr(module, "outputs", None)
   if primary:
     os.makedirs(workdir, exist_ok=True)
-    atomic_write(os.path.join(workdir, SKIPPED),
-                 json.dumps(skipped, indent=1, sort_keys=True).encode())
+    if own_outputs is None:
+      atomic_write(os.path.join(workdir, SKIPPED),
+                   json.dumps(skipped, indent=1, sort_keys=True).encode())
   cells = module.cells(study, config)
-  if any(distributed.agree([cell_key(c) not in done for c in cells])):
+  made = None
+  if hasattr(module, "prepare"):  # its outputs may read what it makes: every run
+    made = module.prepare(study, config, cells)
+  elif any(distributed.agree([cell_key(c) not in done for c in cells])):
     prepare(study, module, config, cells)  # (a finished sweep's rerun loads nothing)
   before = {k: study.counts[k] for k in ("finetune", "solve")}
   records, computed = divided_sweep(path, chash, config.experiment, cells,
@@ -125,7 +149,10 @@ def run(config, workdir: str, *, log: Callable[[str], None] = print, world=None,
         f"solves that experiments.tables.{config.experiment}.needs does not name (over "
         "several processes each process solves those itself, and a fine-tune fails)")
   share = share_line(study.counts, computed, cells)
-  if records is not None:
+  summary = None
+  if records is not None and own_outputs is not None:
+    summary = own_outputs(study, config, workdir, records, made)
+  elif records is not None:
     method = options.method_block(config)
     atomic_write(os.path.join(workdir, "config.json"),
                  json.dumps({"config_hash": chash, "config": plain(config), "method": method},
@@ -134,7 +161,7 @@ def run(config, workdir: str, *, log: Callable[[str], None] = print, world=None,
                  (module.render(records) + skipped_note(skipped) + method_note(method)).encode())
   distributed.barrier("suite:outputs")
   return Outcome(records=records, computed=list(computed), study=study, share=share,
-                 unplanned=unplanned)
+                 unplanned=unplanned, summary=summary)
 
 
 def prepare(study, module, config, cells: list[dict]) -> None:

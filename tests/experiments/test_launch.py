@@ -6,7 +6,7 @@ import tempfile
 import pytest
 
 from experiments import launch, suite, tables
-from platonic_jax import pipeline, sweep
+from platonic_jax import sweep
 from platonic_jax import study as study_lib
 from tests.experiments.conftest import load_config
 from tests.experiments.test_suite import CONFIGS as SUITE
@@ -26,7 +26,7 @@ def _refused_everywhere(workdir, tmp_path, monkeypatch):
   with pytest.raises(ValueError, match="workdir .*(not writable|cannot be created)"):
     tables.run(config, workdir, log=lambda s: None)
   with pytest.raises(ValueError, match="workdir .*(not writable|cannot be created)"):
-    pipeline.run(object(), load_config("main", arg="micro"), workdir)  # the world untouched
+    tables.run(load_config("main", arg="micro"), workdir, world=object())  # the world untouched
   with pytest.raises(ValueError, match="--workdir .*(not writable|cannot be created)"):
     launch.check_workdir(workdir)
 

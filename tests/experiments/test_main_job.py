@@ -668,6 +668,47 @@ def test_report_renders_the_main_jobs_workdir(run, tmp_path):
   assert not missing, missing[:3]
 
 
+def test_the_main_job_is_the_suites_experiment_main(run, cache, tmp_path, capsys):
+  """The main job is the experiment "main" of the suite's registry, and ``experiments.suite``
+  runs it in-process through ``experiments.tables.run`` as the launcher does: on the micro world
+  without its twin, two tasks and no adapter cells (the engine's cache, ``run``'s, holds the
+  sources and operators: only cells are computed), every record it writes is the launcher's
+  record of that cell and method, byte for byte, and so is every operator's selection; its sweep
+  is WORKDIR/cells.jsonl, it writes the main job's outputs (no table's config.json, tables.md or
+  report) and its listing ends the output."""
+  from experiments import suite, tables
+  from experiments.configs import main as main_config
+  from experiments.tables import main_job
+  assert tables.get("main") is main_job
+  work, _ = run
+  cfg = main_config.get_config("micro")
+  cfg.data.world.cache_dir = str(cache)
+  cfg.data.families = ("clip-a", "siglip-b")
+  cfg.data.tasks = ("shape", "color")
+  cfg.adapter.cells = 0
+  logged = []
+  out = suite.main(cfg, str(tmp_path), log=logged.append)
+  printed = capsys.readouterr().out
+  assert sorted(os.listdir(tmp_path)) == ["cells.jsonl", "negation.png", "results.jsonl",
+                                          "summary.json", "tables.txt"]
+  assert len(out.records) == len(out.computed) == 2 * (1 + 2) * 3  # targets x cells x sources
+  key = lambda r: (r["kind"], r["target"], tuple(r["tasks"]), tuple(r["sources"]), r["method"])
+  theirs = {key(json.loads(l)): l for l in open(os.path.join(work, "results.jsonl"))}
+  mine = open(tmp_path / "results.jsonl").readlines()
+  assert len(mine) == len({key(json.loads(l)) for l in mine}) >= 2 * (1 + 2) * 3 * 2
+  for line in mine:
+    assert line == theirs[key(json.loads(line))], line
+  summary = json.load(open(tmp_path / "summary.json"))
+  assert json.loads(json.dumps(out.summary)) == summary
+  launcher = json.load(open(os.path.join(work, "summary.json")))["selection"]["operators"]
+  assert summary["selection"]["operators"] and all(
+      launcher[k] == v for k, v in summary["selection"]["operators"].items())
+  tail = printed.strip().splitlines()[-5:]
+  assert tail[0] == f"outputs in {os.path.abspath(tmp_path)}:"
+  assert "tables.txt" in tail[3] and logged[-1].startswith("process 0 of 1 did ")
+  assert open(tmp_path / "tables.txt").read().strip() in "\n".join(logged)
+
+
 class Killed(BaseException):
   """Stands in for SIGKILL: nothing after it runs (not even ``except Exception``)."""
 
@@ -680,7 +721,7 @@ def test_killed_main_job_reruns_to_the_uninterrupted_results(run, cache, tmp_pat
   from the cache, not pretrained; the engine's cache, ``run``'s, holds the embeddings, sources
   and operators), so this is also a second run of the same seed computing 44 of the 48 cells
   again: they are the cold run's, bit for bit."""
-  from experiments import launch
+  from experiments import launch, tables
   from experiments.configs import main as main_config
   from platonic_jax import pipeline
   from platonic_jax.sweep import read_records
@@ -707,12 +748,12 @@ def test_killed_main_job_reruns_to_the_uninterrupted_results(run, cache, tmp_pat
     return real(*args, **kwargs)
   monkeypatch.setattr(pipeline, "compute_cell", dying)
   with pytest.raises(Killed):
-    pipeline.run(world, cfg, str(tmp_path), log=lambda s: None)
+    tables.run(cfg, str(tmp_path), log=lambda s: None, world=world)
   assert len(read_records(str(tmp_path / pipeline.CELLS))[0]) == 4  # 2 + the two before the kill
   assert sorted(os.listdir(tmp_path)) == [pipeline.CELLS]  # no output written
   monkeypatch.setattr(pipeline, "compute_cell",
                       lambda *a, **k: calls.append(a[3]) or real(*a, **k))
-  summary = pipeline.run(world, cfg, str(tmp_path), log=lambda s: None)
+  summary = tables.run(cfg, str(tmp_path), log=lambda s: None, world=world).summary
   assert len(calls) == 46 and calls[:2] != calls[2:4]  # every missing cell once, no other
   assert len({json.dumps(c, sort_keys=True) for c in calls[2:]}) == 44
   want = open(os.path.join(work, "results.jsonl")).read()

@@ -6,7 +6,6 @@ import json
 import os
 
 from experiments import tables
-from platonic_jax import pipeline
 from tests.experiments.conftest import load_config
 
 
@@ -29,7 +28,7 @@ def test_suite_table1_and_main_job_agree_on_shared_cells(micro, tmp_path):
   suite.adapter.cells = 0  # adapters are the slow part; their cell function is the same one
   with main.unlocked():
     main.source.seed = main.seed
-  summary = pipeline.run(world, main, str(tmp_path / "main"), log=lambda s: None)
+  summary = tables.run(main, str(tmp_path / "main"), log=lambda s: None, world=world).summary
   out = tables.run(suite, str(tmp_path / "suite"), log=lambda s: None, world=world)
   recs = [json.loads(l) for l in open(tmp_path / "main" / "results.jsonl")]
   shared, compared = 0, set()

@@ -233,8 +233,7 @@ def test_descriptor_bytes_round_trip_and_refuse_a_mismatched_pair():
 def test_main_job_sweep_resumes_from_the_shards_of_a_killed_run(tmp_path):
   """One process after a 2-process run died: the cells recorded in any shard are kept, only
   the others are computed, and the shards are merged into cells.jsonl and removed."""
-  from platonic_jax import pipeline
-  from platonic_jax.sweep import ResultsMismatchError, Sweep, cell_key
+  from platonic_jax.sweep import ResultsMismatchError, Sweep, cell_key, divided_sweep
   cells = [{"kind": "negation", "target": "a", "tasks": [t], "source": "a", "adapter": False}
            for t in "xyzw"]
   metrics = lambda c: {"records": [{"task": c["tasks"][0]}]}
@@ -244,17 +243,17 @@ def test_main_job_sweep_resumes_from_the_shards_of_a_killed_run(tmp_path):
   with open(dist.shard_path(path, 1, 2), "a") as f:
     f.write('{"config_hash": "h", "exp')  # torn by the kill
   computed = []
-  done, mine = pipeline.sweep_cells(str(tmp_path), "h", cells,
-                                    lambda c: computed.append(c) or metrics(c), lambda c: 1.0)
+  done, mine = divided_sweep(path, "h", "main", cells,
+                             lambda c: computed.append(c) or metrics(c), lambda c: 1.0)
   assert computed == [cells[3]] and mine == [cell_key(cells[3])]
   assert [d["metrics"]["records"][0]["task"] for d in done] == list("xyzw")
   assert sorted(os.listdir(tmp_path)) == ["cells.jsonl"]
   assert set(Sweep(path, "h", "main").done) == {cell_key(c) for c in cells}
-  again, mine = pipeline.sweep_cells(str(tmp_path), "h", cells, None, lambda c: 1.0)
+  again, mine = divided_sweep(path, "h", "main", cells, None, lambda c: 1.0)
   assert again == done and mine == []  # nothing left to compute
   Sweep(dist.shard_path(path, 0, 3), "other", "main").run(cells[:1], metrics)
   with pytest.raises(ResultsMismatchError, match="cells.shard-00000-of-00003.jsonl"):
-    pipeline.sweep_cells(str(tmp_path), "h", cells, None, lambda c: 1.0)
+    divided_sweep(path, "h", "main", cells, None, lambda c: 1.0)
 
 
 def test_cell_costs_order_closed_form_weight_space_and_adapter_cells():

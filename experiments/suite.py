@@ -1,12 +1,13 @@
 """The suite's launcher half: run (or resume) an experiment's sweep, then render its report.
 
-``experiments.main`` calls ``main`` for every config, the main job's (experiment "main") and
-the paper tables'; the sweep itself is ``experiments.tables.run`` and the rendering
-``experiments.report`` (neither imports the other's launcher). An experiment that writes its
-own outputs (the main job: ``experiments.tables.main_job``) prints its tables itself and is
-listed by its module's ``listing`` instead of the report. Over several processes (``experiments.launch_local``, a pod, SLURM) the
-cells are divided as the main job's are, process 0 alone writes the results, tables, report and
-figures, and every process ends its log with what it did (``sweep.share_line``).
+``experiments.main`` calls ``main`` for every config, the main job's (experiment "main") and the
+paper tables'; the sweep itself is ``experiments.tables.run`` and the rendering
+``experiments.report`` (neither imports the other's launcher). An experiment that writes its own
+outputs (the main job: ``experiments.tables.main_job``) prints its tables itself and is listed
+by its module's ``listing`` instead of the report. Over several processes
+(``experiments.launch_local``, a pod, SLURM) the cells are divided over them
+(``sweep.divided_sweep``), process 0 alone writes the results, tables, report and figures, and every process ends its log
+with what it did (``sweep.share_line``).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ builds on ``schema`` with its own world variants and adds the fields only it rea
 
 Fields:
   experiment: which ``experiments.tables`` module runs (the launcher dispatches on it; "main":
-    the main job, ``platonic_jax.pipeline``).
+    the main job, ``experiments/tables/main_job.py`` on ``platonic_jax.pipeline``).
   variant, seed: the arg above; the seed of selection folds, random-UTD draws, adapter cells.
   data.source: "real" or "toy". data.world: the toy world config. data.families: toy families
     used (empty: all). data.models: {name: Hugging Face id or local dir} (real). data.tasks:

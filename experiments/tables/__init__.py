@@ -23,7 +23,7 @@ cell)`` (``cell_cost``) and ``SWEEP`` (the sweep's file name in the workdir, def
 
 | experiment     | paper                         | config                                   |
 |----------------|-------------------------------|------------------------------------------|
-| main           | the main job: Tables 1 and 2 (audio: 4, 26, 27); Figure 2 | experiments/configs/main.py |
+| main           | the main job: Tables 1, 2, Fig 2 (audio: 4, 26, 27) | experiments/configs/main.py |
 | addition       | Table 1 (13, 14, 22; Fig 3, 4) | experiments/configs/table1_addition.py   |
 | negation       | Table 2                       | experiments/configs/table2_negation.py   |
 | heldout        | Tables 3 and 18               | experiments/configs/table3_heldout.py    |
@@ -166,9 +166,9 @@ def run(config, workdir: str, *, log: Callable[[str], None] = print, world=None,
 
 def prepare(study, module, config, cells: list[dict]) -> None:
   """Makes what ``cells`` read from the engine before they are computed, as the main job's
-  ``pipeline.prepare`` does: every model's embeddings of the downstream tasks, the controls and
-  the tasks the module's ``needs(study, config, cells)`` names (and the head edit's targets'
-  head features of them), then its source fine-tunes
+  ``prepare`` hook (``pipeline.prepare_study``) does: every model's embeddings of the downstream
+  tasks, the controls and the tasks the module's ``needs(study, config, cells)`` names (and the
+  head edit's targets' head features of them), then its source fine-tunes
   (``Study.sources``, one call per seed) and its operators (``Study.operators_many``: per seed
   and route one request per (target, task) with every spec the cells read there, in the order
   first named, a consensus in a request of its own). Several processes divide the fine-tunes

@@ -6,8 +6,8 @@ paper tables'; the sweep itself is ``experiments.tables.run`` and the rendering
 outputs (the main job: ``experiments.tables.main_job``) prints its tables itself and is listed
 by its module's ``listing`` instead of the report. Over several processes
 (``experiments.launch_local``, a pod, SLURM) the cells are divided over them
-(``sweep.divided_sweep``), process 0 alone writes the results, tables, report and figures, and every process ends its log
-with what it did (``sweep.share_line``).
+(``sweep.divided_sweep``), process 0 alone writes the results, tables, report and figures, and
+every process ends its log with what it did (``sweep.share_line``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-import jax.numpy as jnp
 
 torch = pytest.importorskip("torch")
 
@@ -10,6 +9,7 @@ from platonic_jax.convert import hf as hf_convert
 from platonic_jax import embed as embed_lib
 from platonic_jax.models import layers
 from tests import fixtures
+from tests.siglip_fixtures import run_jit
 
 NAMES = sorted(fixtures.TINY_CLIPS)
 
@@ -46,7 +46,7 @@ def test_normalised_features_match(pair, impl):
     tt = ref.get_text_features(input_ids=_t(ids).long(), attention_mask=_t(mask).long()).pooler_output.numpy()
   with layers.attention_impl(impl):
     oi = embed_lib.embed_images(ours, x, batch_size=4)
-    ot = np.asarray(ours.module.encode_text(jnp.asarray(ids), jnp.asarray(mask)))
+    ot = np.asarray(run_jit(ours.module, lambda m, i, k: m.encode_text(i, k), ids, mask))
   np.testing.assert_allclose(oi, _normalize(ti), atol=1e-4, rtol=0)
   np.testing.assert_allclose(_normalize(ot), _normalize(tt), atol=1e-4, rtol=0)
   np.testing.assert_allclose(float(ours.module.logit_scale[...]), float(ref.logit_scale.detach()), rtol=0, atol=0)
@@ -56,7 +56,7 @@ def test_modules_match(pair):
   """Per-module parity within 1e-5: embeddings, first block's pieces, pooled outputs."""
   name, ref, ours, _ = pair
   x = fixtures.random_pixels(2, name, seed=3)
-  tv, ov = ref.vision_model, ours.module.vision_model
+  tv = ref.vision_model
   with torch.no_grad():
     emb_t = tv.embeddings(_t(x)).numpy()
     h_t = tv.pre_layrnorm(tv.embeddings(_t(x)))
@@ -66,25 +66,26 @@ def test_modules_match(pair):
     block_t = layer_t(h_t, None)
     block_t = (block_t[0] if isinstance(block_t, tuple) else block_t).numpy()
     pooled_t = tv(pixel_values=_t(x)).pooler_output.numpy()
-  emb_o = np.asarray(ov.embeddings(jnp.asarray(x)))
-  h_o = ov.pre_layrnorm(ov.embeddings(jnp.asarray(x)))
-  layer_o = ov.encoder.layers[0]
-  np.testing.assert_allclose(emb_o, emb_t, atol=1e-5, rtol=0)
-  np.testing.assert_allclose(np.asarray(h_o), h_t.numpy(), atol=1e-5, rtol=0)
-  np.testing.assert_allclose(np.asarray(layer_o.self_attn(layer_o.layer_norm1(h_o))), attn_t, atol=1e-5, rtol=0)
-  np.testing.assert_allclose(np.asarray(layer_o.mlp(layer_o.layer_norm2(h_o))), mlp_t, atol=1e-5, rtol=0)
-  np.testing.assert_allclose(np.asarray(layer_o(h_o)), block_t, atol=1e-5, rtol=0)
-  np.testing.assert_allclose(np.asarray(ov(jnp.asarray(x))), pooled_t, atol=1e-5, rtol=0)
-
   length = fixtures.TINY_CLIPS[name]["text"]["max_position_embeddings"]
   ids, mask = fixtures.random_ids(4, name, length=length, seed=5)
   with torch.no_grad():
     temb = ref.text_model.embeddings(input_ids=_t(ids).long()).numpy()
     tpool = ref.text_model(input_ids=_t(ids).long(), attention_mask=_t(mask).long()).pooler_output.numpy()
-  np.testing.assert_allclose(np.asarray(ours.module.text_model.embeddings(jnp.asarray(ids))), temb,
-                             atol=1e-5, rtol=0)
-  np.testing.assert_allclose(np.asarray(ours.module.text_model(jnp.asarray(ids), jnp.asarray(mask))),
-                             tpool, atol=1e-5, rtol=0)
+
+  def ours_fn(m, x, ids, mask):  # one compilation, not one per eager op
+    ov = m.vision_model
+    emb = ov.embeddings(x)
+    h = ov.pre_layrnorm(emb)
+    layer = ov.encoder.layers[0]
+    return dict(emb=emb, h=h, attn=layer.self_attn(layer.layer_norm1(h)),
+                mlp=layer.mlp(layer.layer_norm2(h)), block=layer(h), pooled=ov(x),
+                temb=m.text_model.embeddings(ids), tpool=m.text_model(ids, mask))
+
+  o = run_jit(ours.module, ours_fn, x, ids, mask)
+  want = dict(emb=emb_t, h=h_t.numpy(), attn=attn_t, mlp=mlp_t, block=block_t, pooled=pooled_t,
+              temb=temb, tpool=tpool)
+  for k, v in want.items():
+    np.testing.assert_allclose(np.asarray(o[k]), v, atol=1e-5, rtol=0, err_msg=k)
 
 
 def test_left_padding_mask_matches(pair):
@@ -102,7 +103,7 @@ def test_left_padding_mask_matches(pair):
   ids[:, -1] = eos
   with torch.no_grad():
     tpool = ref.text_model(input_ids=_t(ids).long(), attention_mask=_t(mask).long()).pooler_output.numpy()
-  opool = np.asarray(ours.module.text_model(jnp.asarray(ids), jnp.asarray(mask)))
+  opool = np.asarray(run_jit(ours.module, lambda m, i, k: m.text_model(i, k), ids, mask))
   np.testing.assert_allclose(opool, tpool, atol=1e-5, rtol=0)
 
 

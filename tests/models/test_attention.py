@@ -42,8 +42,9 @@ CASES = [("none", None, T), ("causal", CAUSAL, T), ("padding", PADDING, T), ("fi
 @pytest.mark.parametrize("case,bias,tq", CASES, ids=[c[0] for c in CASES])
 def test_forward_matches_reference(impl, case, bias, tq):
   q, k, v = _qkv(tq=tq)
-  out = layers.attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), H,
-                         None if bias is None else jnp.asarray(bias), impl=impl)
+  # under one jit, as the models run it (one compilation, not one per eager op)
+  out = jax.jit(lambda q, k, v, b: layers.attention(q, k, v, H, b, impl=impl))(
+      jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), None if bias is None else jnp.asarray(bias))
   assert out.shape == (B, tq, D) and out.dtype == jnp.float32
   np.testing.assert_allclose(np.asarray(out), reference(q, k, v, H, bias), atol=1e-5, rtol=0)
 
@@ -54,7 +55,7 @@ def test_gradient_matches_reference(impl, case, bias, tq):
   q, k, v = _qkv(seed=1, tq=tq)
   w = np.random.RandomState(2).randn(B, tq, D)
   loss = lambda q, k, v: jnp.sum(layers.attention(q, k, v, H, bias, impl=impl) * w)
-  got = jax.grad(loss, argnums=(0, 1, 2))(*(jnp.asarray(a) for a in (q, k, v)))
+  got = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(*(jnp.asarray(a) for a in (q, k, v)))
   eps = 1e-6  # central differences of the float64 reference
   for i, (g, x) in enumerate(zip(got, (q, k, v))):
     x64 = np.asarray(x, np.float64)

@@ -63,11 +63,12 @@ def reference():
 
 
 @pytest.fixture(scope="module")
-def ours(pair):
-  """Our outputs under the names ``eva_fixtures.reference_outputs`` uses, plus the variants
-  the tests below compare (one jit per config)."""
+def run_all(pair):
+  """``run(state, pixels, ids) -> {name: output}``: our outputs under the names
+  ``eva_fixtures.reference_outputs`` uses, plus the variants the tests below compare; one jit
+  per config (a module of the same architecture, e.g. an edited one, reuses its compilation)."""
   _, golden, model, _ = pair
-  graphdef, state = nnx.split(model.module)
+  graphdef = nnx.graphdef(model.module)
   spec = model.module.spec.vision
   cut = int(np.max(np.argmax(golden.ids, axis=1))) + 1
   plain_rope = None
@@ -102,7 +103,14 @@ def ours(pair):
       out["attn_no_rescale"] = blk.attn(h, tuple(jnp.asarray(t) for t in plain_rope))
     return out
 
-  out = run(state, jnp.asarray(golden.pixels), jnp.asarray(golden.ids))
+  return run
+
+
+@pytest.fixture(scope="module")
+def ours(pair, run_all):
+  """``run_all`` on the golden inputs, as numpy arrays."""
+  _, golden, model, _ = pair
+  out = run_all(nnx.state(model.module), jnp.asarray(golden.pixels), jnp.asarray(golden.ids))
   return {k: np.asarray(v) for k, v in out.items()}
 
 
@@ -178,7 +186,7 @@ def test_export_roundtrip_bitwise(pair, tmp_path):
   assert again.preprocessor == model.preprocessor
 
 
-def test_family_edit_point_and_lora_targets(pair):
+def test_family_edit_point_and_lora_targets(pair, ours, run_all):
   from platonic_jax.core import lora
   from platonic_jax.core.fold import fold
   name, golden, model, _ = pair
@@ -191,10 +199,9 @@ def test_family_edit_point_and_lora_targets(pair):
   d = F.TINY_EVAS[name]["embed_dim"]
   W = 0.1 * np.random.RandomState(0).randn(d, d).astype(np.float32)
   edited = fold(model, [(W, 0.7)])
-  z = pj.embed_images(model, golden.pixels, normalize=False)
-  want = z @ (np.eye(d, dtype=np.float32) + 0.7 * W)
-  np.testing.assert_allclose(pj.embed_images(edited, golden.pixels, normalize=False), want,
-                             atol=MODULE_ATOL, rtol=0)
+  want = ours["image"] @ (np.eye(d, dtype=np.float32) + 0.7 * W)  # z (I + 0.7 W), z unnormalised
+  got = run_all(nnx.state(edited.module), jnp.asarray(golden.pixels), jnp.asarray(golden.ids))
+  np.testing.assert_allclose(np.asarray(got["image"]), want, atol=MODULE_ATOL, rtol=0)
 
 
 def test_preprocessor_from_open_clip_config(pair):
@@ -323,8 +330,9 @@ def test_live_reference_matches_golden(pair, reference):
                                err_msg=f"{name}: {key}")
 
 
-def test_live_open_clip_loads_export(pair, reference, tmp_path):
-  """open_clip's own loader reads our export (strictly) and computes our features."""
+def test_live_open_clip_loads_export(pair, ours, reference, tmp_path):
+  """open_clip's own loader reads our export (strictly) and computes our features (``ours``: the
+  image and text embeddings on the same inputs)."""
   import torch
   name, golden, model, directory = pair
   out = pj.export_hf(model, str(tmp_path / "export"))
@@ -337,7 +345,5 @@ def test_live_open_clip_loads_export(pair, reference, tmp_path):
   with torch.no_grad():
     ti = theirs.encode_image(torch.from_numpy(golden.pixels)).numpy()
     tt = theirs.encode_text(torch.from_numpy(golden.ids).long()).numpy()
-  np.testing.assert_allclose(pj.embed_images(model, golden.pixels), _normalize(ti),
-                             atol=FEATURE_ATOL, rtol=0)
-  ot = np.asarray(model.module.encode_text(jnp.asarray(golden.ids)))
-  np.testing.assert_allclose(_normalize(ot), _normalize(tt), atol=FEATURE_ATOL, rtol=0)
+  np.testing.assert_allclose(_normalize(ours["image"]), _normalize(ti), atol=FEATURE_ATOL, rtol=0)
+  np.testing.assert_allclose(_normalize(ours["text"]), _normalize(tt), atol=FEATURE_ATOL, rtol=0)

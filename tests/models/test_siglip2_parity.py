@@ -333,10 +333,12 @@ def test_pil_images_and_processor_outputs_through_embed_images(naflex_checkpoint
   for tensors in ("np", "pt"):
     got = pj.embed_images(model, proc(images, return_tensors=tensors), batch_size=4)
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=0, err_msg=tensors)
-  # the preprocessor's own output type, and one image at a time, agree too
-  np.testing.assert_allclose(pj.embed_images(model, model.preprocessor(images)), want, atol=1e-4,
-                             rtol=0)
-  np.testing.assert_allclose(pj.embed_images(model, images[4:5]), want[4:5], atol=1e-4, rtol=0)
+  # the preprocessor's own output type, and one image at a time, agree too (batch 4 throughout:
+  # one compiled program for the file's NaFlex checkpoint)
+  np.testing.assert_allclose(pj.embed_images(model, model.preprocessor(images), batch_size=4),
+                             want, atol=1e-4, rtol=0)
+  np.testing.assert_allclose(pj.embed_images(model, images[4:5], batch_size=4), want[4:5],
+                             atol=1e-4, rtol=0)
 
 
 def test_export_round_trip_with_the_processor(naflex_checkpoint, tmp_path):
@@ -357,8 +359,8 @@ def test_export_round_trip_with_the_processor(naflex_checkpoint, tmp_path):
   proc = AutoImageProcessor.from_pretrained(out)
   assert type(proc).__name__.startswith("Siglip2ImageProcessor")
   images = _pil_images(IMAGE_SIZES, seed=5)
-  np.testing.assert_allclose(pj.embed_images(model, images), _ref_features(reloaded, proc, images),
-                             atol=1e-4, rtol=0)
+  np.testing.assert_allclose(pj.embed_images(model, images, batch_size=4),
+                             _ref_features(reloaded, proc, images), atol=1e-4, rtol=0)
   again = pj.load_model(out)
   assert again.preprocessor == model.preprocessor
 

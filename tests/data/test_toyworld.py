@@ -280,25 +280,27 @@ def test_world_key_is_the_same_for_a_config_and_its_plain_dict_and_refuses_unkno
   assert not (tmp_path / "cache").exists()  # refused before anything was built
 
 
-def test_pretrain_leaves_its_input_module_usable_and_unchanged():
+def test_pretrain_leaves_its_input_module_usable_and_unchanged(micro):
+  """Checked on every pretraining of the micro world's cold build (``micro`` records each
+  call's input module and its parameters before the call): the step donates copies."""
   import dataclasses
 
   import jax
   from flax import nnx
-  config = toy_world.get_config("micro").to_dict()
-  config["pool_size"] = 64
-  module = world_lib.init_module(config, "clip-a")
-  before = jax.tree.map(np.array, nnx.to_pure_dict(nnx.state(module, nnx.Param)))
-  cfg = dataclasses.replace(world_lib.pretrain_config(config, "clip-a"), steps=2, log_every=1)
-  trained, history = pretrain_lib.pretrain(
-      module, world_lib.pretrain_batches(config, "clip-a", *world_lib.pretrain_pool(config)), cfg)
-  after = jax.tree.map(np.array, nnx.to_pure_dict(nnx.state(module, nnx.Param)))
-  assert jax.tree.all(jax.tree.map(np.array_equal, before, after))  # not donated away
-  moved = jax.tree.map(lambda a, b: not np.array_equal(a, b), before,
-                       nnx.to_pure_dict(nnx.state(trained, nnx.Param)))
-  assert any(jax.tree.leaves(moved)) and len(history["loss"]) == 2
-  pixels = np.zeros((1, 3, 32, 32), np.float32)
-  assert module.encode_image(pixels).shape == trained.encode_image(pixels).shape
+  config, _, _, runs = micro
+  assert sorted(runs) == sorted(config.families.keys())
+  for name, run in runs.items():
+    module, trained, history, cfg = run["module"], run["trained"], run["history"], run["cfg"]
+    before = run["before"]
+    after = jax.tree.map(np.array, nnx.to_pure_dict(nnx.state(module, nnx.Param)))
+    assert jax.tree.all(jax.tree.map(np.array_equal, before, after)), name  # not donated away
+    moved = jax.tree.map(lambda a, b: not np.array_equal(a, b), before,
+                         nnx.to_pure_dict(nnx.state(trained, nnx.Param)))
+    assert any(jax.tree.leaves(moved)), name
+    assert len(history["loss"]) == -(-cfg.steps // cfg.log_every), name  # one per log
+    if name == "clip-a":  # the input module still runs (one family: op by op, not jitted)
+      pixels = np.zeros((1, 3, 32, 32), np.float32)
+      assert module.encode_image(pixels).shape == trained.encode_image(pixels).shape
   for bad in (dict(steps=0), dict(log_every=0), dict(warmup_steps=-1), dict(steps=2.5)):
     with pytest.raises(ValueError, match=f"PretrainConfig.{next(iter(bad))} must be an integer"):
       dataclasses.replace(cfg, **bad)
@@ -391,21 +393,27 @@ def test_identical_captions_are_positives_of_each_other():
 def micro(tmp_path_factory):
   config = toy_world.get_config("micro")
   config.cache_dir = str(tmp_path_factory.mktemp("cache"))
-  calls = []
+  calls, runs = [], {}
   real = pretrain_lib.pretrain
-  def counting(*args, **kwargs):
+  def counting(module, batches, cfg, **kwargs):
+    import jax
+    from flax import nnx
     calls.append(kwargs.get("name"))
-    return real(*args, **kwargs)
+    before = jax.tree.map(np.array, nnx.to_pure_dict(nnx.state(module, nnx.Param)))
+    trained, history = real(module, batches, cfg, **kwargs)
+    runs[kwargs.get("name")] = dict(module=module, before=before, trained=trained,
+                                    history=history, cfg=cfg)
+    return trained, history
   pretrain_lib.pretrain = counting
   try:
     world = world_lib.build_world(config, log=None)
   finally:
     pretrain_lib.pretrain = real
-  return config, world, calls
+  return config, world, calls, runs
 
 
 def test_micro_world_builds_pretrained_models(micro):
-  config, world, calls = micro
+  config, world, calls, _ = micro
   assert calls == sorted(config.families.keys())
   assert set(world.models) == set(config.families.keys())
   assert world.downstream == tasks_lib.DOWNSTREAM and world.controls == tasks_lib.CONTROLS
@@ -426,7 +434,7 @@ def test_micro_world_builds_pretrained_models(micro):
 
 
 def test_micro_world_has_a_siglip_family_trained_with_the_sigmoid_loss(micro):
-  config, world, _ = micro
+  config, world, _, _ = micro
   model = world.models["siglip-b"]
   assert model.family.name == "siglip" and model.config["model_type"] == "siglip"
   assert world.models["clip-a"].family.name == "clip"
@@ -449,7 +457,7 @@ def test_micro_world_has_a_siglip_family_trained_with_the_sigmoid_loss(micro):
 
 
 def test_micro_models_beat_chance_zero_shot(micro):
-  _, world, _ = micro
+  _, world, _, _ = micro
   test_x = world.tasks["shape"].test[0]
   for name, model in world.models.items():
     z = zeroshot.image_embeddings(model, test_x)
@@ -460,7 +468,7 @@ def test_micro_models_beat_chance_zero_shot(micro):
 
 
 def test_cached_rebuild_does_not_retrain_and_gives_identical_models(micro, monkeypatch):
-  config, world, _ = micro
+  config, world, _, _ = micro
   def refuse(*args, **kwargs):
     raise AssertionError("a cached family was retrained")
   monkeypatch.setattr(pretrain_lib, "pretrain", refuse)
@@ -490,7 +498,7 @@ def test_cached_rebuild_does_not_retrain_and_gives_identical_models(micro, monke
 def test_micro_model_exports_to_hugging_face_layout_and_loads_back(micro, tmp_path):
   from platonic_jax.convert.hf import export_hf, load_model
   from transformers import CLIPConfig
-  _, world, _ = micro
+  _, world, _, _ = micro
   model = world.models["clip-a"]
   out = export_hf(model, str(tmp_path / "clip-a"))
   hf = CLIPConfig.from_pretrained(out)
@@ -506,7 +514,7 @@ def test_micro_model_exports_to_hugging_face_layout_and_loads_back(micro, tmp_pa
 def test_micro_siglip_family_exports_to_hugging_face_layout_and_loads_back(micro, tmp_path):
   from platonic_jax.convert.hf import export_hf, load_model
   from transformers import SiglipConfig
-  _, world, _ = micro
+  _, world, _, _ = micro
   model = world.models["siglip-b"]
   out = export_hf(model, str(tmp_path / "siglip-b"))
   assert SiglipConfig.from_pretrained(out).vision_config.image_size == 32
@@ -519,7 +527,7 @@ def test_micro_siglip_family_exports_to_hugging_face_layout_and_loads_back(micro
 def test_linear_probe_features_on_clip_and_siglip_families(micro):
   """The probe reads the features before the edit point where a family has them (CLIP: the
   vision width, projected to the embedding), and a SigLIP family's embedding otherwise."""
-  config, world, _ = micro
+  config, world, _, _ = micro
   task = world.tasks["color"]
   x = task.train[0][:200]
   for name, model in world.models.items():

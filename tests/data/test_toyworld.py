@@ -468,6 +468,8 @@ def test_micro_models_beat_chance_zero_shot(micro):
     gains = {t.name: zeroshot.zero_shot_accuracy(model, t, image_emb=z, class_emb=g)
              - 1 / t.num_classes for t, g in zip(tasks, heads)}
     assert max(gains.values()) > 0.15, (name, gains)
+    with pytest.raises(ValueError, match=f"class_emb has 1 rows but task '{tasks[0].name}' has"):
+      zeroshot.zero_shot_accuracy(model, tasks[0], image_emb=z, class_emb=heads[0][:1])
     assert sum(g > 0.05 for g in gains.values()) >= 2, (name, gains)
 
 

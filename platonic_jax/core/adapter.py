@@ -227,10 +227,12 @@ def adapter_data(target: DualEncoder, terms: Sequence[AdapterTerm],
   """(consts, items) for ``adapter_loss``: per term G, n, ||U||^2 and probes, A_pre, s*U;
   with ``keep > 0`` also the off-span projector and the probes' pre-edit embeddings."""
   keep = check_keep(keep)
+  # every term's inputs checked before any runs through the tower
+  xs = [train.check_images(target, t.probes, f"probes of term {t.name!r}") for t in terms]
+  Gs = [train.check_G(target, t.G, f"G of term {t.name!r}") for t in terms]
+  train.check_same_inputs(xs, [f"probes of term {t.name!r}" for t in terms])
   consts, items = [], []
-  for t in terms:
-    x = train.check_images(target, t.probes, f"probes of term {t.name!r}")
-    G = train.check_G(target, t.G, f"G of term {t.name!r}")
+  for t, x, G in zip(terms, xs, Gs):
     c = {"G": G, "n": np.float32(t.U.shape[0]),
          "norm2": np.float32(np.sum(t.U.astype(np.float64) ** 2))}
     item = {"x": x, "A_pre": train.affinities(target, x, G), "T": t.coef * t.U}
@@ -240,7 +242,6 @@ def adapter_data(target: DualEncoder, terms: Sequence[AdapterTerm],
       item.update(z_pre=z_pre, inv_norm=1.0 / np.linalg.norm(z_pre, axis=1))
     consts.append(c)
     items.append(item)
-  train.check_same_inputs([it["x"] for it in items], [f"probes of term {t.name!r}" for t in terms])
   return {"terms": consts}, items
 
 

@@ -399,11 +399,15 @@ def test_keep_penalty_is_the_off_span_drift_and_zero_is_methods_loss():
   drift = np.sum((((z1 - z0) / np.linalg.norm(z0, axis=1, keepdims=True)) @ perp) ** 2)
   drift /= np.sum(U ** 2)
   assert resid > 0.5 and drift > 0.05 * resid  # both terms are far from zero there
+  # the loss jitted whole (one compile per consts structure) rather than run op by op
+  graphdef, state = nnx.split(moved.module)
+  loss_fn = jax.jit(lambda state, consts, items: adapter.adapter_loss(
+      nnx.merge(graphdef, state), consts, items))
   for keep, want in ((0.0, resid), (2.5, resid + 2.5 * drift)):
     consts, items = adapter.adapter_data(w.pre, [term], keep=keep)
     assert ("perp" in consts["terms"][0]) == (keep > 0)
-    loss, errs = adapter.adapter_loss(moved.module, jax.tree.map(jnp.asarray, consts),
-                                      tuple(jax.tree.map(jnp.asarray, items)))
+    loss, errs = loss_fn(state, jax.tree.map(jnp.asarray, consts),
+                         tuple(jax.tree.map(jnp.asarray, items)))
     np.testing.assert_allclose(float(loss), want, rtol=1e-4)
     np.testing.assert_allclose(float(errs[0]), resid, rtol=1e-4)
 

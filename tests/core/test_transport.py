@@ -215,7 +215,9 @@ def test_same_architecture_transfer_moves_a_lora_fine_tune(pair):
   ft = source.clone()  # a stand-in fine-tune: a random, non-zero LoRA on every vision layer
   lora.attach(ft.module, tuple(tau_all), rank=2, rngs=nnx.Rngs(3))
   for i, layer in enumerate(lora.adapted(ft.module).values()):
-    layer.lora_b[...] = 0.3 * jax.random.normal(jax.random.key(i), layer.lora_b.shape)
+    # drawn on the host: no per-shape JAX RNG compiles
+    layer.lora_b[...] = jnp.asarray(
+        0.3 * np.random.RandomState(i).randn(*layer.lora_b.shape).astype(np.float32))
   # 24 images: enough class-token rows to determine every map (see VISION)
   x, y, G = _images(24, 9), np.tile(np.arange(C), 6), _heads(10)
   term = baselines.TransportTerm(ft, 1.0, x, y, G)
@@ -301,13 +303,20 @@ def test_a_calibration_tap_sees_every_token_and_changes_no_output(pair):
   from platonic_jax.models import layers
   source = pair[0]
   x = jnp.asarray(_images(4, 14))
+  graphdef, state = nnx.split(source.module)
+
+  def encode(state, x):
+    return nnx.merge(graphdef, state).encode_image(x)
+
+  # jitted whole (the tap runs as the program is traced), as the calibration runs it; each
+  # call jits its own function, so the untapped call below traces its own program
   seen = []
   with layers.tap_dense_inputs(lambda layer, inp: seen.append(tuple(inp.shape))):
     assert layers.tapping()
-    tapped = source.module.encode_image(x)
+    tapped = jax.jit(lambda s, v: encode(s, v))(state, x)
   assert not layers.tapping()
   # q, k, v, out_proj, fc1 and fc2 of both blocks on all 5 tokens (the class token and 4
   # patches), the last block included; then the projection of the pooled class token
   assert seen == [(4, 5, 16)] * 5 + [(4, 5, 32)] + [(4, 5, 16)] * 5 + [(4, 5, 32)] + [(4, 16)]
-  np.testing.assert_allclose(np.asarray(tapped), np.asarray(source.module.encode_image(x)),
-                             atol=1e-6)
+  plain = jax.jit(lambda s, v: encode(s, v))(state, x)
+  np.testing.assert_allclose(np.asarray(tapped), np.asarray(plain), atol=1e-6)

@@ -280,25 +280,27 @@ def test_world_key_is_the_same_for_a_config_and_its_plain_dict_and_refuses_unkno
   assert not (tmp_path / "cache").exists()  # refused before anything was built
 
 
-def test_pretrain_leaves_its_input_module_usable_and_unchanged():
+def test_pretrain_leaves_its_input_module_usable_and_unchanged(micro):
+  """Checked on every pretraining of the micro world's cold build (``micro`` records each
+  call's input module and its parameters before the call): the step donates copies."""
   import dataclasses
 
   import jax
   from flax import nnx
-  config = toy_world.get_config("micro").to_dict()
-  config["pool_size"] = 64
-  module = world_lib.init_module(config, "clip-a")
-  before = jax.tree.map(np.array, nnx.to_pure_dict(nnx.state(module, nnx.Param)))
-  cfg = dataclasses.replace(world_lib.pretrain_config(config, "clip-a"), steps=2, log_every=1)
-  trained, history = pretrain_lib.pretrain(
-      module, world_lib.pretrain_batches(config, "clip-a", *world_lib.pretrain_pool(config)), cfg)
-  after = jax.tree.map(np.array, nnx.to_pure_dict(nnx.state(module, nnx.Param)))
-  assert jax.tree.all(jax.tree.map(np.array_equal, before, after))  # not donated away
-  moved = jax.tree.map(lambda a, b: not np.array_equal(a, b), before,
-                       nnx.to_pure_dict(nnx.state(trained, nnx.Param)))
-  assert any(jax.tree.leaves(moved)) and len(history["loss"]) == 2
-  pixels = np.zeros((1, 3, 32, 32), np.float32)
-  assert module.encode_image(pixels).shape == trained.encode_image(pixels).shape
+  config, _, _, runs = micro
+  assert sorted(runs) == sorted(config.families.keys())
+  for name, run in runs.items():
+    module, trained, history, cfg = run["module"], run["trained"], run["history"], run["cfg"]
+    before = run["before"]
+    after = jax.tree.map(np.array, nnx.to_pure_dict(nnx.state(module, nnx.Param)))
+    assert jax.tree.all(jax.tree.map(np.array_equal, before, after)), name  # not donated away
+    moved = jax.tree.map(lambda a, b: not np.array_equal(a, b), before,
+                         nnx.to_pure_dict(nnx.state(trained, nnx.Param)))
+    assert any(jax.tree.leaves(moved)), name
+    assert len(history["loss"]) == -(-cfg.steps // cfg.log_every), name  # one per log
+    if name == "clip-a":  # the input module still runs (one family: op by op, not jitted)
+      pixels = np.zeros((1, 3, 32, 32), np.float32)
+      assert module.encode_image(pixels).shape == trained.encode_image(pixels).shape
   for bad in (dict(steps=0), dict(log_every=0), dict(warmup_steps=-1), dict(steps=2.5)):
     with pytest.raises(ValueError, match=f"PretrainConfig.{next(iter(bad))} must be an integer"):
       dataclasses.replace(cfg, **bad)
@@ -391,21 +393,27 @@ def test_identical_captions_are_positives_of_each_other():
 def micro(tmp_path_factory):
   config = toy_world.get_config("micro")
   config.cache_dir = str(tmp_path_factory.mktemp("cache"))
-  calls = []
+  calls, runs = [], {}
   real = pretrain_lib.pretrain
-  def counting(*args, **kwargs):
+  def counting(module, batches, cfg, **kwargs):
+    import jax
+    from flax import nnx
     calls.append(kwargs.get("name"))
-    return real(*args, **kwargs)
+    before = jax.tree.map(np.array, nnx.to_pure_dict(nnx.state(module, nnx.Param)))
+    trained, history = real(module, batches, cfg, **kwargs)
+    runs[kwargs.get("name")] = dict(module=module, before=before, trained=trained,
+                                    history=history, cfg=cfg)
+    return trained, history
   pretrain_lib.pretrain = counting
   try:
     world = world_lib.build_world(config, log=None)
   finally:
     pretrain_lib.pretrain = real
-  return config, world, calls
+  return config, world, calls, runs
 
 
 def test_micro_world_builds_pretrained_models(micro):
-  config, world, calls = micro
+  config, world, calls, _ = micro
   assert calls == sorted(config.families.keys())
   assert set(world.models) == set(config.families.keys())
   assert world.downstream == tasks_lib.DOWNSTREAM and world.controls == tasks_lib.CONTROLS
@@ -426,7 +434,7 @@ def test_micro_world_builds_pretrained_models(micro):
 
 
 def test_micro_world_has_a_siglip_family_trained_with_the_sigmoid_loss(micro):
-  config, world, _ = micro
+  config, world, _, _ = micro
   model = world.models["siglip-b"]
   assert model.family.name == "siglip" and model.config["model_type"] == "siglip"
   assert world.models["clip-a"].family.name == "clip"
@@ -449,18 +457,24 @@ def test_micro_world_has_a_siglip_family_trained_with_the_sigmoid_loss(micro):
 
 
 def test_micro_models_beat_chance_zero_shot(micro):
-  _, world, _ = micro
+  _, world, _, _ = micro
+  from platonic_jax import embed
   test_x = world.tasks["shape"].test[0]
+  tasks = list(world.tasks.values())
   for name, model in world.models.items():
     z = zeroshot.image_embeddings(model, test_x)
-    gains = {t.name: zeroshot.zero_shot_accuracy(model, t, image_emb=z) - 1 / t.num_classes
-             for t in world.tasks.values()}
+    # every task's head from one text-embedding run (one compile per family, not per task)
+    heads = embed.class_embeddings_many(model, [(t.classnames, t.templates) for t in tasks])
+    gains = {t.name: zeroshot.zero_shot_accuracy(model, t, image_emb=z, class_emb=g)
+             - 1 / t.num_classes for t, g in zip(tasks, heads)}
     assert max(gains.values()) > 0.15, (name, gains)
+    with pytest.raises(ValueError, match=f"class_emb has 1 rows but task '{tasks[0].name}' has"):
+      zeroshot.zero_shot_accuracy(model, tasks[0], image_emb=z, class_emb=heads[0][:1])
     assert sum(g > 0.05 for g in gains.values()) >= 2, (name, gains)
 
 
 def test_cached_rebuild_does_not_retrain_and_gives_identical_models(micro, monkeypatch):
-  config, world, _ = micro
+  config, world, _, _ = micro
   def refuse(*args, **kwargs):
     raise AssertionError("a cached family was retrained")
   monkeypatch.setattr(pretrain_lib, "pretrain", refuse)
@@ -468,7 +482,7 @@ def test_cached_rebuild_does_not_retrain_and_gives_identical_models(micro, monke
   for name, model in again.models.items():
     assert again.pretrain_info[name]["cached"]
     old = world.models[name]
-    x = world.tasks["shape"].probes
+    x = world.tasks["shape"].test[0]  # the zero-shot test's images: its compiles serve
     np.testing.assert_array_equal(zeroshot.image_embeddings(model, x),
                                   zeroshot.image_embeddings(old, x))
     assert model.fingerprint() == old.fingerprint()
@@ -490,13 +504,13 @@ def test_cached_rebuild_does_not_retrain_and_gives_identical_models(micro, monke
 def test_micro_model_exports_to_hugging_face_layout_and_loads_back(micro, tmp_path):
   from platonic_jax.convert.hf import export_hf, load_model
   from transformers import CLIPConfig
-  _, world, _ = micro
+  _, world, _, _ = micro
   model = world.models["clip-a"]
   out = export_hf(model, str(tmp_path / "clip-a"))
   hf = CLIPConfig.from_pretrained(out)
   assert hf.text_config.eos_token_id == tok.EOS_ID and hf.vision_config.image_size == 32
   back = load_model(out)
-  x = world.tasks["color"].probes
+  x = world.tasks["color"].test[0]  # the shapes the zero-shot test compiled
   np.testing.assert_allclose(zeroshot.image_embeddings(back, x),
                              zeroshot.image_embeddings(model, x), atol=1e-6)
   prompts = ["photo red shape"]
@@ -506,12 +520,12 @@ def test_micro_model_exports_to_hugging_face_layout_and_loads_back(micro, tmp_pa
 def test_micro_siglip_family_exports_to_hugging_face_layout_and_loads_back(micro, tmp_path):
   from platonic_jax.convert.hf import export_hf, load_model
   from transformers import SiglipConfig
-  _, world, _ = micro
+  _, world, _, _ = micro
   model = world.models["siglip-b"]
   out = export_hf(model, str(tmp_path / "siglip-b"))
   assert SiglipConfig.from_pretrained(out).vision_config.image_size == 32
   back = load_model(out)
-  x = world.tasks["color"].probes
+  x = world.tasks["color"].test[0]  # the shapes the zero-shot test compiled
   np.testing.assert_allclose(zeroshot.image_embeddings(back, x),
                              zeroshot.image_embeddings(model, x), atol=1e-6)
 
@@ -519,7 +533,7 @@ def test_micro_siglip_family_exports_to_hugging_face_layout_and_loads_back(micro
 def test_linear_probe_features_on_clip_and_siglip_families(micro):
   """The probe reads the features before the edit point where a family has them (CLIP: the
   vision width, projected to the embedding), and a SigLIP family's embedding otherwise."""
-  config, world, _ = micro
+  config, world, _, _ = micro
   task = world.tasks["color"]
   x = task.train[0][:200]
   for name, model in world.models.items():

@@ -56,11 +56,17 @@ def class_embeddings(model, classnames, templates) -> np.ndarray:
   return embed.class_embeddings(model, classnames, templates)
 
 
-def zero_shot_accuracy(model, task, split: str = "test", image_emb: np.ndarray | None = None) -> float:
-  """Top-1 zero-shot accuracy of ``model`` on ``task``'s split (image_emb: precomputed (n, d))."""
+def zero_shot_accuracy(model, task, split: str = "test", image_emb: np.ndarray | None = None,
+                       class_emb: np.ndarray | None = None) -> float:
+  """Top-1 zero-shot accuracy of ``model`` on ``task``'s split (image_emb: precomputed (n, d);
+  class_emb: the precomputed head (C, d) ``class_embeddings`` gives, e.g. several tasks' heads
+  from one ``embed.class_embeddings_many`` run)."""
   images, labels = getattr(task, split)
   z = image_embeddings(model, images) if image_emb is None else image_emb
-  g = class_embeddings(model, task.classnames, task.templates)
+  g = class_embeddings(model, task.classnames, task.templates) if class_emb is None else class_emb
+  if g.shape[0] != task.num_classes:
+    raise ValueError(f"class_emb has {g.shape[0]} rows but task {task.name!r} has "
+                     f"{task.num_classes} classes")
   pred = np.argmax(np.asarray(l2_normalize(jnp.asarray(z))) @ g.T, axis=1)
   return float(np.mean(pred == labels))
 

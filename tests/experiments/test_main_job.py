@@ -283,10 +283,12 @@ def test_the_twin_leaves_every_other_record_unchanged(run, cache, tmp_path):
 
 @pytest.fixture(scope="module")
 def run_1se(tmp_path_factory, run, cache):
-  """The micro main job with --config.selection_rule=1se (warm: ``run`` pretrained)."""
+  """The micro main job with --config.selection_rule=1se (warm: ``run`` pretrained), without
+  the twin: its same-architecture block is ``run``'s concern, and the twin changes no other
+  cell, selection or draw (``test_the_twin_leaves_every_other_record_unchanged``)."""
   work = tmp_path_factory.mktemp("work_1se")
   return work, _main_job(cache, work, "--config.selection_rule=1se", "--config.export_cells="
-                         + repr(EXPORTS))
+                         + repr(EXPORTS), "--config.data.families=('clip-a', 'siglip-b')")
 
 
 # Cells of the 1se run whose edited targets the job writes as Hugging Face checkpoints: a CLIP

@@ -88,3 +88,14 @@ def link_compiled(micro_world_cache: str, engine_cache) -> str:
   os.makedirs(engine_cache, exist_ok=True)
   os.symlink(os.path.join(micro_world_cache, "xla"), study.compilation_cache_dir(str(engine_cache)))
   return str(engine_cache)
+
+
+def warm_tunables() -> dict[str, str]:
+  """``{"GLIBC_TUNABLES": ...}``: the malloc tunables ``experiments.main`` re-executes itself
+  under when every family is cached (``experiments/malloc_env.py``), for the environment of
+  the tests' main-job processes, whose worlds are always cached: set from the start, the
+  launcher finds them in place and runs on instead of starting a second Python (importing JAX
+  twice). What runs is what the re-executed process would run; the re-execution itself is
+  tested in tests/experiments/test_malloc_env.py."""
+  from experiments import malloc_env
+  return {"GLIBC_TUNABLES": ":".join([malloc_env.HUGETLB, *malloc_env.KEEP_MEMORY])}

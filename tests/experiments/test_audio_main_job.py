@@ -43,7 +43,8 @@ def world(tmp_path_factory):
 def run(world, tmp_path_factory):
   cache, _ = world
   work = tmp_path_factory.mktemp("work")
-  env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
+  from tests.conftest import warm_tunables
+  env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu", **warm_tunables())
   out = subprocess.run(
       [sys.executable, "-m", "experiments.main", "--config=experiments/configs/main.py:audio_micro",
        f"--config.export_cells={EXPORTS!r}", f"--workdir={work}", "--noprogress"],

@@ -15,7 +15,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _main_job(cache, work, *flags):
-  env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
+  from tests.conftest import warm_tunables
+  env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu", **warm_tunables())
   out = subprocess.run(
       [sys.executable, "-m", "experiments.main", "--config=experiments/configs/main.py:micro",
        f"--workdir={work}", *flags], cwd=ROOT, env=env, capture_output=True, text=True,

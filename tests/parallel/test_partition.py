@@ -27,8 +27,9 @@ FLAGS = ["--config=experiments/configs/main.py:micro", "--config.data.tasks=('sh
 
 
 def _env(world_cache):
+  from tests.conftest import warm_tunables
   return dict(os.environ, PLATONIC_JAX_CACHE=str(world_cache), JAX_PLATFORMS="cpu",
-              PLATONIC_JAX_PROGRESS="0",
+              PLATONIC_JAX_PROGRESS="0", **warm_tunables(),
               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 

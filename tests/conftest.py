@@ -32,6 +32,19 @@ import pytest
 # by this process's later imports and by every subprocess a test starts.
 os.environ.setdefault("JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES", "none")
 
+# The suite's XLA programs are compiled at LLVM optimisation level 0 (unless XLA_FLAGS names a
+# level): its tiny models run each program for milliseconds, and compiling them is most of the
+# suite's time (two parity and trainer files: 87 -> 60 s of CPU on the 2-core Xeon VM). The
+# library kernels (matrix products) are the same at both levels; the generated loops may round
+# differently in the last bit (an elementwise program with a GELU reduction: 2.4e-7 at most),
+# which no check here depends on: parity is within its tolerance, and the bit-identity checks
+# compare runs under one setting. Read by this process's JAX and inherited by every subprocess
+# a test starts (launch_local keeps it beside its device count). The launchers and the
+# benchmarks run at XLA's default level.
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                             + " --xla_backend_optimization_level=0").strip()
+
 # The slowest files (pytest --durations on the 2-core machine), started first. The first goes to
 # one worker, the next ones to the other: the main job's cold run (the first) compiles the micro
 # world's programs while the other worker runs files that do not use the micro world (no wait

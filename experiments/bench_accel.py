@@ -157,9 +157,8 @@ def random_clip(v: flops.ViT, seed: int = 0):
   the logit scale. JAX's initialisers would compile one random-number program per weight shape
   (about 0.4 s each on a 2-core CPU, seconds per model) for values no workload depends on.
   """
-  import jax.numpy as jnp
   import numpy as np
-  from flax import nnx
+  from platonic_jax.convert import hf
   from platonic_jax.models import clip
   from platonic_jax.models.dual_encoder import DualEncoder
   from platonic_jax.convert.registry import FAMILIES
@@ -170,7 +169,7 @@ def random_clip(v: flops.ViT, seed: int = 0):
       text=clip.TowerSpec(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
                           num_attention_heads=2, vocab_size=1000),
       projection_dim=v.proj)
-  graphdef, state = nnx.split(nnx.eval_shape(lambda: clip.CLIPModel(spec, rngs=nnx.Rngs(seed))))
+  family = FAMILIES["clip"]
   rs = np.random.RandomState(seed)
 
   def draw(path, leaf):
@@ -181,14 +180,12 @@ def random_clip(v: flops.ViT, seed: int = 0):
     else:
       fan_in = int(np.prod(leaf.shape[:-1])) if path[-1] == "kernel" else leaf.shape[-1]
       value = rs.standard_normal(leaf.shape) / np.sqrt(fan_in)
-    return jnp.asarray(value.astype(leaf.dtype))
+    return value.astype(leaf.dtype)
 
-  pure = state.to_pure_dict()
-  flat = {path: draw(path, leaf) for path, leaf in nnx.traversals.flatten_mapping(pure).items()}
-  nnx.replace_by_pure_dict(state, nnx.traversals.unflatten_mapping(flat))
-  module = nnx.merge(graphdef, state)
+  shapes = hf.abstract_flat(hf.abstract_module(family, spec))  # nothing allocated
+  module = hf.module_from_flat(family, spec, {p: draw(p, x) for p, x in shapes.items()})
   config = {"model_type": "clip", "benchmark": dataclasses.asdict(v)}
-  return DualEncoder(module=module, config=config, family=FAMILIES["clip"], name="random-vit")
+  return DualEncoder(module=module, config=config, family=family, name="random-vit")
 
 
 def bench_embed(cfg: Config, dtype: str, info) -> list[dict]:

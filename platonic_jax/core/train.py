@@ -493,6 +493,26 @@ def accuracy(model: DualEncoder, images, labels, G, *, batch: int = 64) -> float
   return float(np.mean(np.argmax(A, axis=1) == labels))
 
 
+def holdout_split(labels, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+  """``(fit, held)``: sorted row indices of ``labels`` (N,) split class by class, a seeded
+  ``fraction`` of each class's rows held out (rounded, at least one of a class with two or
+  more rows, never all of one). For choosing a source recipe on the source's own labelled
+  validation rows. ValueError for a fraction outside (0, 1) or nothing held out."""
+  if not 0.0 < float(fraction) < 1.0:
+    raise ValueError(f"held-out fraction must lie strictly between 0 and 1, got {fraction}")
+  labels = np.asarray(labels)
+  rng = np.random.default_rng(seed)
+  held = []
+  for c in np.unique(labels):
+    rows = rng.permutation(np.flatnonzero(labels == c))
+    if len(rows) >= 2:
+      held.append(rows[:min(len(rows) - 1, max(1, round(fraction * len(rows))))])
+  held = np.sort(np.concatenate(held)) if held else np.zeros(0, np.int64)
+  if not len(held):
+    raise ValueError(f"no class has two rows to split ({len(labels)} labels)")
+  return np.setdiff1d(np.arange(len(labels)), held), held
+
+
 def head_loss(model: DualEncoder, images, labels, G, *, batch: int = 64) -> float:
   """Mean cross-entropy of the zero-shot head on labeled images (the sources' loss)."""
   A = jnp.asarray(affinities(model, images, G, batch=batch))

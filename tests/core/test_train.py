@@ -434,3 +434,19 @@ def test_keep_must_be_a_finite_non_negative_number(keep):
   t = w.tasks["colour"]
   with pytest.raises(ValueError, match="keep must be a"):
     adapter.fit_adapter(w.pre, t["D"], w.probes("colour"), w.G("colour"), keep=keep, steps=1)
+
+
+def test_holdout_split_is_stratified_seeded_and_disjoint():
+  labels = np.repeat(np.arange(4), [10, 5, 2, 1])
+  fit, held = train.holdout_split(labels, 0.2, seed=3)
+  assert np.array_equal(np.sort(np.concatenate([fit, held])), np.arange(len(labels)))
+  assert not set(fit) & set(held)
+  assert [int(np.sum(labels[held] == c)) for c in range(4)] == [2, 1, 1, 0]  # 1-row class kept
+  again = train.holdout_split(labels, 0.2, seed=3)
+  assert all(np.array_equal(a, b) for a, b in zip((fit, held), again))
+  assert not np.array_equal(held, train.holdout_split(labels, 0.2, seed=4)[1])
+  for bad in (0.0, 1.0, -0.1, 1.5):
+    with pytest.raises(ValueError, match="strictly between 0 and 1"):
+      train.holdout_split(labels, bad, seed=0)
+  with pytest.raises(ValueError, match="no class has two rows"):
+    train.holdout_split(np.arange(3), 0.5, seed=0)

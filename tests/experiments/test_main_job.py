@@ -64,6 +64,15 @@ ANATOMY_REFUSALS = [
     ("--config.data.families=('clip-a',)", "at least two families"),
     ("--config.data.tasks=('shape', 'colour')", "unknown downstream tasks"),
 ]
+HOLDOUT_REFUSALS = [
+    ("--steps=200,0", "step count '0' is not a positive integer"),
+    ("--steps=200,x", "step count 'x' is not a positive integer"),
+    ("--steps=200,200", "step count 200 is repeated"),
+    ("--steps=", "no step counts given"),
+    ("--held_fraction=1", "--held_fraction must lie strictly between 0 and 1"),
+    ("--held_fraction=0", "--held_fraction must lie strictly between 0 and 1"),
+    ("--config.data.tasks=('shape', 'colour')", "unknown downstream tasks"),
+]
 UNWRITABLE = ["main.py:micro", "table1_addition.py:micro"]  # configs whose workdir is refused
 
 
@@ -102,6 +111,8 @@ def refused(tmp_path_factory):
                                         for o, _ in FRONTIER_REFUSALS],
       "experiments.studies.transfer_anatomy": [(o, [micro, o, "--workdir={case}/w"])
                                        for o, _ in ANATOMY_REFUSALS],
+      "experiments.studies.source_holdout": [(o, [micro, o, "--workdir={case}/w"])
+                                             for o, _ in HOLDOUT_REFUSALS],
       "experiments.main": [(o, [micro, *(o if isinstance(o, tuple) else (o,)),
                                 "--workdir={case}/w"]) for o, _ in MAIN_REFUSALS] + [
           (("unwritable", c), [f"--config=experiments/configs/{c}",
@@ -415,6 +426,38 @@ def test_transfer_anatomy_splits_add_up_and_match_the_main_job(run, cache, tmp_p
     neg, cf = a["shift"][setting]["negation"]["operator"], summary["negation"][setting]["closed_form"]
     assert neg["task"] == pytest.approx(cf["removed"], abs=1e-3)
     assert neg["controls"] == pytest.approx(cf["controls"], abs=1e-3)
+
+
+def test_source_holdout_scores_each_step_count_on_held_out_training_rows(cache, tmp_path):
+  """experiments.studies.source_holdout on the micro world: one row per family, task and step
+  count; each task's training rows split into fit and held-out rows; fine-tuning longer changes
+  the held-out accuracy somewhere."""
+  from platonic_jax import pipeline
+  from experiments import launch
+  from experiments.configs import main as main_config
+  env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
+  out = subprocess.run(
+      [sys.executable, "-m", "experiments.studies.source_holdout",
+       "--config=experiments/configs/main.py:micro", "--steps=2,12", f"--workdir={tmp_path}"],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  assert "mean held-out accuracy" in out.stdout
+  h = json.load(open(os.path.join(tmp_path, "source_holdout.json")))
+  cfg = main_config.get_config("micro")
+  families = pipeline.main_families(list(cfg.data.world.families), cfg)
+  tasks = pipeline.task_names(cfg, launch.world_package(cfg).DOWNSTREAM)
+  assert h["steps"] == [2, 12] and h["held_fraction"] == 0.2
+  assert [(r["family"], r["task"], r["steps"]) for r in h["rows"]] == [
+      (m, t, n) for m in families for t in tasks for n in (2, 12)]
+  for r in h["rows"]:
+    assert 0 < r["held"] < r["fit"] and 0 <= r["accuracy"] <= 100
+  by = {(r["family"], r["task"], r["steps"]): r["accuracy"] for r in h["rows"]}
+  assert any(by[(m, t, 2)] != by[(m, t, 12)] for m in families for t in tasks)
+
+
+@pytest.mark.parametrize("override,match", HOLDOUT_REFUSALS)
+def test_source_holdout_refuses_bad_arguments_before_building(refused, override, match):
+  _refuses(refused, "experiments.studies.source_holdout", override, match)
 
 
 @pytest.mark.parametrize("override,match", ANATOMY_REFUSALS)

@@ -1,0 +1,113 @@
+"""The source fine-tune's step count, checked on the source's own held-out training rows.
+
+    python -m experiments.studies.source_holdout --config=experiments/configs/main.py:audio \\
+        --steps=200,400,800,1600 --workdir=workdir/source_holdout
+    python -m experiments.studies.source_holdout --config=experiments/configs/main.py:micro \\
+        --steps=4,8 --workdir=/tmp/holdout
+
+Builds (or loads) the config's world and, for every family and downstream task, fine-tunes the
+source as the main job does (the config's rank, lr, batch and seed) at each of ``--steps`` on
+``1 - held_fraction`` of the task's training rows (``train.holdout_split``: class by class,
+seeded by the config's seed) and scores it on the rest: the source's own labelled validation
+rows. The test split, the probes' transfer and every target are never read, so a step count
+chosen here is not chosen on the method's evaluation. Prints the table and each count's mean;
+writes WORKDIR/source_holdout.json (``{"steps", "held_fraction", "seed", "rows": [{"family",
+"task", "steps", "fit", "held", "accuracy", "zero_shot"}]}``; accuracies in percent on the
+held-out rows, ``zero_shot`` the pre-trained model's on them).
+"""
+
+import os
+import time
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from experiments import launch
+
+_EXPERIMENTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_DEFAULT = os.path.join(_EXPERIMENTS, "configs", "main.py")
+_CONFIG = config_flags.DEFINE_config_file("config", _DEFAULT, "main job config", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", "workdir/source_holdout",
+                               "where source_holdout.json is written")
+_STEPS = flags.DEFINE_list("steps", ["200", "400", "800", "1600"], "source step counts to score")
+_HELD = flags.DEFINE_float("held_fraction", 0.2, "share of each class's training rows held out")
+_PROGRESS = flags.DEFINE_bool("progress", None, launch.PROGRESS_HELP)
+
+
+def parse_steps(items) -> list[int]:
+  """["200", "400"] -> [200, 400]; ValueError naming an item that is not a positive integer,
+  a repeated count, or an empty list."""
+  out = []
+  for item in items:
+    try:
+      n = int(str(item))
+      if n < 1:
+        raise ValueError
+    except ValueError:
+      raise ValueError(f"step count {item!r} is not a positive integer") from None
+    if n in out:
+      raise ValueError(f"step count {n} is repeated")
+    out.append(n)
+  if not out:
+    raise ValueError("no step counts given")
+  return out
+
+
+launch.define_distributed_flags()
+
+
+def main(argv):
+  del argv
+  launch.start_distributed()  # first: before anything touches a JAX device
+  import jax.numpy as jnp
+  import numpy as np
+
+  from platonic_jax import pipeline
+  from platonic_jax.core import train
+
+  logging.set_verbosity(logging.WARNING)
+  launch.set_progress(_PROGRESS.value)
+  t0 = time.time()
+  steps = parse_steps(_STEPS.value)  # refuse bad arguments before building anything
+  if not 0.0 < _HELD.value < 1.0:
+    raise ValueError(f"--held_fraction must lie strictly between 0 and 1, got {_HELD.value}")
+  cfg = _CONFIG.value
+  names = launch.configure(cfg, "source_holdout")
+  launch.check_workdir(_WORKDIR.value)
+  launch.use_compilation_cache(cfg)
+  world = launch.build_world(cfg)
+  study = pipeline.make_study(world, cfg, names, log=lambda _: None)
+  r = cfg.source
+  rows = []
+  for m in pipeline.main_families(list(world.models), cfg):
+    for t in names:
+      task, e = study.task(t), study.emb(m, t)
+      X, y = study.pixels(m, task.train[0]), np.asarray(task.train[1])
+      if not isinstance(X, (np.ndarray, jnp.ndarray)):
+        raise ValueError(f"task {t!r}: source_holdout reads in-memory inputs (the toy and audio "
+                         f"worlds), not {type(X).__name__}")
+      fit, held = train.holdout_split(y, _HELD.value, cfg.seed)
+      zs = 100.0 * train.accuracy(study.model(m), X[held], y[held], e.G)
+      for n in steps:
+        t1 = time.time()
+        ft = train.finetune_source(study.model(m), X[fit], y[fit], e.G, rank=r.rank, steps=n,
+                                   lr=r.lr, batch=r.batch, seed=r.seed,
+                                   pad_classes=study.head_pad(t))
+        acc = 100.0 * train.accuracy(ft, X[held], y[held], e.G)
+        rows.append({"family": m, "task": t, "steps": n, "fit": int(len(fit)),
+                     "held": int(len(held)), "accuracy": acc, "zero_shot": zs})
+        print(f"{m:>8s} {t:<12s} {n:>5d} steps: held-out {acc:5.1f} % (zero-shot {zs:5.1f}, "
+              f"{len(fit)} fit / {len(held)} held, {time.time() - t1:.1f}s)", flush=True)
+  print("mean held-out accuracy over families and tasks:")
+  for n in steps:
+    print(f"  {n:>5d} steps: {np.mean([x['accuracy'] for x in rows if x['steps'] == n]):.2f} %")
+  path = launch.write_json(_WORKDIR.value, "source_holdout.json",
+                           {"steps": steps, "held_fraction": _HELD.value, "seed": cfg.seed,
+                            "rows": rows})
+  print(f"done in {time.time() - t0:.0f} s")
+  print(launch.where(_WORKDIR.value, [("results", os.path.basename(path),
+                                       "held-out accuracy per family, task and step count")]))
+
+
+if __name__ == "__main__":
+  app.run(main)

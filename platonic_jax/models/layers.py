@@ -188,11 +188,21 @@ def _sum_to(x: jax.Array, shape: tuple[int, ...]) -> jax.Array:
 
 
 def _sdpa_forward(q, k, v, bias):
+  """``(out, e, l, out32)``: e = exp(s - rowmax s) (B, H, Tq, T) and l = its row sums, fp32,
+  for scores s = q k^T + bias; out = (e v) / l in q's dtype, out32 the same in fp32.
+
+  The probabilities e / l are never formed in the forward pass: normalising the (B, H, Tq, hd)
+  product instead of the (B, H, Tq, T) probabilities saves a pass over the scores, and on XLA
+  CPU halves the forward's time (ViT-B/16 shapes on a 2-core Xeon, one layer at batch 16:
+  29.7 -> 13.9 ms; ``BUILD.md``)."""
   s = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=jnp.float32)
   if bias is not None:
     s = s + bias
-  p = jax.nn.softmax(s, axis=-1)
-  return jnp.einsum("bhqk,bhkd->bhqd", p.astype(q.dtype), v), p
+  e = jnp.exp(s - jax.lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True)))
+  l = jnp.sum(e, axis=-1, keepdims=True)
+  out32 = jnp.einsum("bhqk,bhkd->bhqd", e.astype(q.dtype), v,
+                     preferred_element_type=jnp.float32) / l
+  return out32.astype(q.dtype), e, l, out32
 
 
 @jax.custom_vjp
@@ -203,19 +213,21 @@ def _sdpa(q, k, v, bias):
 
 
 def _sdpa_fwd(q, k, v, bias):
-  out, p = _sdpa_forward(q, k, v, bias)
-  return out, (q, k, v, p, None if bias is None else jnp.shape(bias))
+  out, e, l, out32 = _sdpa_forward(q, k, v, bias)
+  return out, (q, k, v, e, l, out32, None if bias is None else jnp.shape(bias))
 
 
 def _sdpa_bwd(res, dout):
   # The gradient autodiff would form, written out so that every product is a plain batched
-  # matmul in the (B, H, T, hd) layout: dv = p^T dout, dp = dout v^T,
-  # ds = p * (dp - rowsum(dp * p)), dq = ds k, dk = ds^T q.
-  q, k, v, p, bias_shape = res
+  # matmul in the (B, H, T, hd) layout: with p = e / l, dv = p^T dout, dp = dout v^T,
+  # ds = p * (dp - rowsum(dp * p)), dq = ds k, dk = ds^T q; rowsum(dp * p) is
+  # rowsum(dout * out) (out = p v), a sum over hd instead of over the T keys.
+  q, k, v, e, l, out32, bias_shape = res
   dtype = q.dtype
+  p = e * (1.0 / l)
   dv = jnp.einsum("bhqk,bhqd->bhkd", p.astype(dtype), dout)
   dp = jnp.einsum("bhqd,bhkd->bhqk", dout, v, preferred_element_type=jnp.float32)
-  ds = p * (dp - jnp.sum(dp * p, axis=-1, keepdims=True))
+  ds = p * (dp - jnp.sum(dout.astype(jnp.float32) * out32, axis=-1, keepdims=True))
   dq = jnp.einsum("bhqk,bhkd->bhqd", ds.astype(dtype), k)
   dk = jnp.einsum("bhqk,bhqd->bhkd", ds.astype(dtype), q)
   dbias = None if bias_shape is None else _sum_to(ds, bias_shape)

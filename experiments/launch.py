@@ -8,7 +8,7 @@ import os
 import sys
 import threading
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 # The help of each launcher's ``--progress`` flag (defined there: this module defines no flags).
 PROGRESS_HELP = ("progress bars with the time left, on stderr: --noprogress silences them, "
@@ -41,6 +41,35 @@ def start_distributed() -> int:
   from platonic_jax.parallel import distributed
   f = flags.FLAGS
   return distributed.initialize(f.coordinator_address, f.num_processes, f.process_id)
+
+
+def start_study(progress: bool | None) -> None:
+  """A study launcher's first lines (``experiments/studies``): joins the processes
+  (``start_distributed``), keeps Orbax's per-write INFO lines out of the log and applies its
+  ``--progress`` flag (``set_progress``)."""
+  from absl import logging
+  start_distributed()
+  logging.set_verbosity(logging.WARNING)
+  set_progress(progress)
+
+
+def parse_list(items: Sequence, convert: Callable[[str], Any], bad: str, empty: str,
+               repeated: str | None = None) -> list:
+  """``[convert(item)]`` of a list flag's items. ValueError with ``bad`` (``{item}``: the item's
+  repr) where ``convert`` raises ValueError or IndexError, ``repeated`` (``{value}``) for a
+  value given twice when it is set, ``empty`` for no items."""
+  out = []
+  for item in items:
+    try:
+      value = convert(str(item))
+    except (ValueError, IndexError):
+      raise ValueError(bad.format(item=repr(item))) from None
+    if repeated is not None and value in out:
+      raise ValueError(repeated.format(value=value))
+    out.append(value)
+  if not out:
+    raise ValueError(empty)
+  return out
 
 
 def set_progress(value: bool | None) -> None:

@@ -16,7 +16,7 @@ the labels only trained the sources, as in the main job.
 import os
 import time
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
 from experiments import launch
@@ -30,21 +30,19 @@ _PROGRESS = flags.DEFINE_bool("progress", None, launch.PROGRESS_HELP)
 _HELD = flags.DEFINE_float("held_fraction", 0.2, "share of each term's probes held out")
 
 
+def _recipe(item: str) -> tuple[int, float]:
+  steps, lr = item.split(":")
+  steps, lr = int(steps), float(lr)
+  if steps < 1 or not lr > 0:
+    raise ValueError
+  return steps, lr
+
+
 def parse_recipes(items) -> list[tuple[int, float]]:
   """["300:5e-3", ...] -> [(300, 0.005), ...]; raises ValueError naming a malformed item."""
-  out = []
-  for item in items:
-    parts = str(item).split(":")
-    try:
-      steps, lr = int(parts[0]), float(parts[1])
-      if len(parts) != 2 or steps < 1 or not lr > 0:
-        raise ValueError
-    except (ValueError, IndexError):
-      raise ValueError(f"recipe {item!r} is not STEPS:LR with STEPS >= 1 and LR > 0") from None
-    out.append((steps, lr))
-  if not out:
-    raise ValueError("--recipes is empty")
-  return out
+  return launch.parse_list(items, _recipe,
+                           "recipe {item} is not STEPS:LR with STEPS >= 1 and LR > 0",
+                           "--recipes is empty")
 
 
 launch.define_distributed_flags()
@@ -52,14 +50,12 @@ launch.define_distributed_flags()
 
 def main(argv):
   del argv
-  launch.start_distributed()  # first: before anything touches a JAX device
+  launch.start_study(_PROGRESS.value)  # first: before anything touches a JAX device
   import numpy as np
 
   from platonic_jax import pipeline
   from platonic_jax.core import adapter
 
-  logging.set_verbosity(logging.WARNING)
-  launch.set_progress(_PROGRESS.value)
   recipes = parse_recipes(_RECIPES.value)
   cfg = _CONFIG.value
   names = launch.configure(cfg)

@@ -12,7 +12,7 @@ split -> test split), the headroom a fine-tune can reach.
 
 import time
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
 from experiments import launch
@@ -30,9 +30,7 @@ launch.define_distributed_flags()
 
 def main(argv):
   del argv
-  launch.start_distributed()  # first: before anything touches a JAX device
-  logging.set_verbosity(logging.WARNING)  # Orbax logs every write at INFO
-  launch.set_progress(_PROGRESS.value)
+  launch.start_study(_PROGRESS.value)  # first: before anything touches a JAX device
   t0 = time.perf_counter()
   world = build_world(_CONFIG.value, families=_FAMILIES.value)
   for name, info in world.pretrain_info.items():

@@ -19,7 +19,7 @@ held-out rows, ``zero_shot`` the pre-trained model's on them).
 import os
 import time
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
 from experiments import launch
@@ -34,23 +34,18 @@ _HELD = flags.DEFINE_float("held_fraction", 0.2, "share of each class's training
 _PROGRESS = flags.DEFINE_bool("progress", None, launch.PROGRESS_HELP)
 
 
+def _positive(item: str) -> int:
+  n = int(item)
+  if n < 1:
+    raise ValueError
+  return n
+
+
 def parse_steps(items) -> list[int]:
   """["200", "400"] -> [200, 400]; ValueError naming an item that is not a positive integer,
   a repeated count, or an empty list."""
-  out = []
-  for item in items:
-    try:
-      n = int(str(item))
-      if n < 1:
-        raise ValueError
-    except ValueError:
-      raise ValueError(f"step count {item!r} is not a positive integer") from None
-    if n in out:
-      raise ValueError(f"step count {n} is repeated")
-    out.append(n)
-  if not out:
-    raise ValueError("no step counts given")
-  return out
+  return launch.parse_list(items, _positive, "step count {item} is not a positive integer",
+                           "no step counts given", repeated="step count {value} is repeated")
 
 
 launch.define_distributed_flags()
@@ -58,15 +53,13 @@ launch.define_distributed_flags()
 
 def main(argv):
   del argv
-  launch.start_distributed()  # first: before anything touches a JAX device
+  launch.start_study(_PROGRESS.value)  # first: before anything touches a JAX device
   import jax.numpy as jnp
   import numpy as np
 
   from platonic_jax import pipeline
   from platonic_jax.core import train
 
-  logging.set_verbosity(logging.WARNING)
-  launch.set_progress(_PROGRESS.value)
   t0 = time.time()
   steps = parse_steps(_STEPS.value)  # refuse bad arguments before building anything
   if not 0.0 < _HELD.value < 1.0:

@@ -23,7 +23,7 @@ as ``frontier.frontier`` returns them) and prints the table.
 import os
 import time
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
 from experiments import launch
@@ -43,11 +43,9 @@ launch.define_distributed_flags()
 
 def main(argv):
   del argv
-  launch.start_distributed()  # first: before anything touches a JAX device
+  launch.start_study(_PROGRESS.value)  # first: before anything touches a JAX device
   from platonic_jax.eval import frontier
 
-  logging.set_verbosity(logging.WARNING)
-  launch.set_progress(_PROGRESS.value)
   t0 = time.time()
   log = launch.timed_log()
   cfg = _CONFIG.value

@@ -3,9 +3,11 @@
 import json
 import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from experiments.configs import toy_world
 from platonic_jax.core import pretrain as pretrain_lib, train
@@ -486,6 +488,10 @@ def test_cached_rebuild_does_not_retrain_and_gives_identical_models(micro, monke
     np.testing.assert_array_equal(zeroshot.image_embeddings(model, x),
                                   zeroshot.image_embeddings(old, x))
     assert model.fingerprint() == old.fingerprint()
+    # restored weights are not committed to a device, as pretrained ones are not: a function
+    # jitted on them lowers to the cold run's program (the same persistent-cache entry)
+    params = jax.tree.leaves(nnx.state(model.module, nnx.Param))
+    assert params and not any(p.committed for p in params)
     ids, mask = model.tokenize(["photo red shape"])
     ids_old, _ = old.tokenize(["photo red shape"])
     np.testing.assert_array_equal(ids, ids_old)

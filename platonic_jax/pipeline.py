@@ -165,31 +165,41 @@ def compute_cell(study, cfg, controls: Sequence[str], cell: dict, log=print) -> 
   return {"records": records}
 
 
-def choose_adapter_cells(models: Sequence[str], names: Sequence[str], n: int, seed: int) -> dict:
-  """A seeded representative subset of cells for the adapter: for addition and negation each,
-  ``n`` cells split between same-model and cross-model, every target used in turn.
+def choose_adapter_cells(models: Sequence[str], names: Sequence[str], n: int, seed: int, *,
+                         layout: str = "alternate", distinct: bool = False) -> dict:
+  """A seeded representative subset of cells for the adapter: ``n`` addition and ``n`` negation
+  cells, target ``models[i % M]`` for cell ``i``, on a seeded task pair (a seeded task).
 
-  Cell ``i`` has target ``models[i % M]`` and is same-model when ``i % M + i // M`` is even:
-  the setting alternates over the targets within a round and flips for each target from one
-  round to the next, so every ``2M`` cells give each target one same-model and one cross-model
-  cell (were it the parity of ``i`` alone, an even M would tie half the targets to each setting
-  for good). The first ``M`` cells are the same for every ``n >= M``. A cell drawn again is kept
-  once (possible beyond ``2M`` cells, or with one family), so each list holds at most ``n``
-  distinct cells, in the order drawn.
+  layout "alternate" (the image main job): cell ``i`` is same-model when ``i % M + i // M`` is
+  even, else its one source a seeded other family: the setting alternates over the targets
+  within a round and flips for each target from one round to the next, so every ``2M`` cells
+  give each target one same-model and one cross-model cell (were it the parity of ``i`` alone,
+  an even M would tie half the targets to each setting for good). The first ``M`` cells are the
+  same for every ``n >= M``. layout "audio" (the audio job: Table 26's adapter row, Table 4's):
+  addition cells cross-model, a seeded one of the target's ``cross_assignments`` (``distinct``:
+  two different sources; same-model with one family), negation cells same-model. A cell drawn
+  again is kept once (possible beyond ``2M`` cells, or with one family), so each list holds at
+  most ``n`` distinct cells, in the order drawn.
   """
+  if layout not in ("alternate", "audio"):
+    raise ValueError(f"adapter cell layout must be 'alternate' or 'audio', got {layout!r}")
   rng = np.random.default_rng(seed)
   models = list(models)
   pairs = list(itertools.combinations(names, 2))
   add, neg = [], []
   for i in range(n):
     tg = models[i % len(models)]
-    others = [m for m in models if m != tg]
-    same = (i % len(models) + i // len(models)) % 2 == 0
-    s = tg if same or not others else others[rng.integers(len(others))]
-    a, b = pairs[rng.integers(len(pairs))]
-    add.append((tg, ((a, b), (s, s))))
+    if layout == "audio":
+      options = cross_assignments(models, tg, 2, distinct) or [(tg, tg)]
+      add_sources, neg_source = tuple(options[rng.integers(len(options))]), tg
+    else:
+      others = [m for m in models if m != tg]
+      same = (i % len(models) + i // len(models)) % 2 == 0
+      s = tg if same or not others else others[rng.integers(len(others))]
+      add_sources, neg_source = (s, s), s
+    add.append((tg, (pairs[rng.integers(len(pairs))], add_sources)))
     t = names[rng.integers(len(names))]
-    neg.append((tg, ((t,), (s,))))
+    neg.append((tg, ((t,), (neg_source,))))
   return {"addition": list(dict.fromkeys(add)), "negation": list(dict.fromkeys(neg))}
 
 
@@ -220,7 +230,7 @@ def audio_cells(models: Sequence[str], names: Sequence[str], chosen: dict,
   more, the consensus. Negation: per target and task, every family as the source, then the
   consensus; each negation cell also reads the other tasks of ``names`` (``retained``, Table
   4's "Retained" column). ``adapter`` marks the cells of ``chosen``
-  (``choose_audio_adapter_cells``). Cells name one source per term (``sources``).
+  (``choose_adapter_cells``, layout "audio"). Cells name one source per term (``sources``).
   """
   out = []
   for tg in models:
@@ -239,26 +249,6 @@ def audio_cells(models: Sequence[str], names: Sequence[str], chosen: dict,
                     "retained": retained,
                     "adapter": (tg, ((t,), (s,))) in set(chosen["negation"])})
   return out
-
-
-def choose_audio_adapter_cells(models: Sequence[str], names: Sequence[str], n: int, seed: int,
-                               distinct: bool) -> dict:
-  """The adapter's cells of the audio job, as ``choose_adapter_cells`` gives them: ``n`` of
-  each kind, targets ``models[i % M]`` in turn; addition cells cross-model (a seeded one of the
-  target's ``cross_assignments``; same-model with one family), the paper's Table 26 adapter
-  row, negation cells same-model on a seeded task, Table 4's. Repeats are kept once."""
-  rng = np.random.default_rng(seed)
-  models = list(models)
-  pairs = list(itertools.combinations(names, 2))
-  add, neg = [], []
-  for i in range(n):
-    tg = models[i % len(models)]
-    options_ = cross_assignments(models, tg, 2, distinct) or [(tg, tg)]
-    srcs = options_[rng.integers(len(options_))]
-    add.append((tg, (pairs[rng.integers(len(pairs))], tuple(srcs))))
-    t = names[rng.integers(len(names))]
-    neg.append((tg, ((t,), (tg,))))
-  return {"addition": list(dict.fromkeys(add)), "negation": list(dict.fromkeys(neg))}
 
 
 def audio_rows(records: Sequence[dict], kind: str, groups) -> list:
@@ -665,7 +655,8 @@ def job_cells(models: Sequence[str], names: Sequence[str], pairs: Sequence[tuple
   ``same_architecture_cells``), and the adapter's cells of each block (``choose_*``)."""
   if is_audio(cfg):
     distinct = bool(cfg.get("distinct_sources", False))
-    chosen = choose_audio_adapter_cells(models, names, cfg.adapter.cells, cfg.seed, distinct)
+    chosen = choose_adapter_cells(models, names, cfg.adapter.cells, cfg.seed, layout="audio",
+                                  distinct=distinct)
     return (audio_cells(models, names, chosen, distinct), chosen,
             {"addition": [], "negation": []})
   chosen = choose_adapter_cells(models, names, cfg.adapter.cells, cfg.seed)

@@ -257,6 +257,17 @@ def test_adapter_cells_drawn_twice_are_kept_once():
   assert len(chosen["addition"]) == 1  # a single task pair and source exist
 
 
+def test_audio_adapter_cells_add_across_families_and_negate_on_the_target():
+  chosen = pipeline.choose_adapter_cells(["a", "b", "c"], ["s", "t"], 6, seed=0, layout="audio",
+                                         distinct=True)
+  assert [tg for tg, _ in chosen["addition"]] == ["a", "b", "c"] * 2
+  for tg, (tasks, sources) in chosen["addition"]:
+    assert tasks == ("s", "t") and len(set(sources)) == 2 and tg not in sources
+  assert all(sources == (tg,) for tg, (_, sources) in chosen["negation"])
+  with pytest.raises(ValueError, match="adapter cell layout must be 'alternate' or 'audio'"):
+    pipeline.choose_adapter_cells(["a"], ["s", "t"], 1, seed=0, layout="image")
+
+
 def test_negation_curve_without_cross_model_cells_is_none_and_plots(tmp_path):
   study, _, _ = _world(tmp_path, families=("a",))
   curve = pipeline.negation_curve(study, _ops(study), ["t"], [], [0.0, 1.0])

@@ -71,7 +71,7 @@ def test_audio_config_variants():
 
 def test_audio_cells_compose_two_distinct_sources_onto_a_third():
   models, names = ["a", "b", "c"], ["x", "y"]
-  chosen = pipeline.choose_audio_adapter_cells(models, names, 3, 0, distinct=True)
+  chosen = pipeline.choose_adapter_cells(models, names, 3, 0, layout="audio", distinct=True)
   cells = pipeline.audio_cells(models, names, chosen, distinct=True)
   add = [c for c in cells if c["kind"] == "addition"]
   neg = [c for c in cells if c["kind"] == "negation"]

@@ -278,7 +278,8 @@ def resolve_attention_impl(impl: str, backend: str, dtype, head_dim: int, has_bi
   """What "auto" means on ``backend`` for these inputs ("explicit", "xla" or "cudnn").
 
   CPU: "explicit" (on a 2-core Xeon, ViT-B/16 at batch 8, process CPU time against "xla": the
-  forward 2.60-2.64 s against 2.80-2.84 s, a 6-layer LoRA step 2.85-3.14 s against 3.25-3.36 s;
+  forward 2.60-2.64 s against 2.80-2.84 s, a 6-layer LoRA step 2.85-3.14 s against 3.25-3.36 s,
+  measured before ``_sdpa`` stopped forming the probabilities, which made it faster still;
   see ``docs/benchmarks.md``). GPU: "cudnn" (flash attention) for bf16/fp16
   self-attention without a mask and a head width that is a multiple of 8 up to 128, else
   "xla". TPU and others: "xla" (``jax.nn.dot_product_attention``; XLA fuses it).

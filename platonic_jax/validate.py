@@ -36,6 +36,18 @@ def check_finite_rows(x: np.ndarray, what: str, chunk: int = 256) -> None:
                      "values")
 
 
+def check_fraction(name: str, v) -> float:
+  """``v`` as a float strictly between 0 and 1 (a held-out share); ValueError naming ``name``
+  for anything else (not a number, 0, 1, NaN, outside)."""
+  try:
+    f = float(v)
+  except (TypeError, ValueError):
+    raise ValueError(f"{name} must be a number strictly between 0 and 1, got {v!r}") from None
+  if not 0.0 < f < 1.0:
+    raise ValueError(f"{name} must lie strictly between 0 and 1, got {v!r}")
+  return f
+
+
 def check_int(name: str, v, low: int) -> None:
   """Raise ValueError naming `name` unless `v` is an int (not a bool) and at least `low`."""
   if isinstance(v, bool) or not isinstance(v, int) or v < low:

@@ -43,3 +43,14 @@ def test_unique_finite_and_labels():
     validate.check_labels([0, 3], 2, 3)
   with pytest.raises(ValueError, match=r"labels must be int of shape \(2,\)"):
     validate.check_labels([0.0, 1.0], 2, 3)
+
+
+def test_check_fraction_takes_only_numbers_strictly_between_0_and_1():
+  check_fraction = validate.check_fraction
+  assert check_fraction("f", 0.2) == 0.2 and check_fraction("f", "0.5") == 0.5
+  for bad in (0, 1, 0.0, 1.0, -0.1, 1.5, float("nan"), float("inf")):
+    with pytest.raises(ValueError, match="f must lie strictly between 0 and 1"):
+      check_fraction("f", bad)
+  for bad in ("x", None, [0.2]):
+    with pytest.raises(ValueError, match="f must be a number strictly between 0 and 1"):
+      check_fraction("f", bad)

@@ -59,11 +59,11 @@ def main(argv):
 
   from platonic_jax import pipeline
   from platonic_jax.core import train
+  from platonic_jax.validate import check_fraction
 
   t0 = time.time()
   steps = parse_steps(_STEPS.value)  # refuse bad arguments before building anything
-  if not 0.0 < _HELD.value < 1.0:
-    raise ValueError(f"--held_fraction must lie strictly between 0 and 1, got {_HELD.value}")
+  check_fraction("--held_fraction", _HELD.value)
   cfg = _CONFIG.value
   names = launch.configure(cfg, "source_holdout")
   launch.check_workdir(_WORKDIR.value)

@@ -43,6 +43,7 @@ from platonic_jax.core.descriptor import l2_normalize
 from platonic_jax.core.train import Recipe
 from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.models.preprocess import NaflexInputs
+from platonic_jax.validate import check_fraction
 
 
 def center_rows(U: jax.Array) -> jax.Array:
@@ -310,12 +311,7 @@ def split_terms(terms: Sequence[AdapterTerm], held_fraction: float = 0.2
   A grid's probes are a seeded random draw, so a contiguous split is a random one. Raises
   ValueError unless 0 < held_fraction < 1 and every term keeps at least one probe on each side.
   """
-  try:
-    frac = float(held_fraction)
-  except (TypeError, ValueError):
-    raise ValueError(f"held_fraction must be a number in (0, 1), got {held_fraction!r}") from None
-  if not 0.0 < frac < 1.0:
-    raise ValueError(f"held_fraction must lie in (0, 1), got {held_fraction!r}")
+  frac = check_fraction("held_fraction", held_fraction)
   fit, held = [], []
   for t in terms:
     n = t.U.shape[0]

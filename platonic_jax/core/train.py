@@ -41,7 +41,7 @@ from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.models.preprocess import NaflexInputs
 from platonic_jax.parallel import distributed
 from platonic_jax.parallel import mesh as mesh_lib
-from platonic_jax.validate import check_labels
+from platonic_jax.validate import check_fraction, check_labels
 
 ADAPTER_FORMAT = "platonic_jax.lora_adapter/1"
 
@@ -498,8 +498,7 @@ def holdout_split(labels, fraction: float, seed: int) -> tuple[np.ndarray, np.nd
   ``fraction`` of each class's rows held out (rounded, at least one of a class with two or
   more rows, never all of one). For choosing a source recipe on the source's own labelled
   validation rows. ValueError for a fraction outside (0, 1) or nothing held out."""
-  if not 0.0 < float(fraction) < 1.0:
-    raise ValueError(f"held-out fraction must lie strictly between 0 and 1, got {fraction}")
+  fraction = check_fraction("held-out fraction", fraction)
   labels = np.asarray(labels)
   rng = np.random.default_rng(seed)
   held = []

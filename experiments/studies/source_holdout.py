@@ -74,19 +74,19 @@ def main(argv):
   rows = []
   for m in pipeline.main_families(list(world.models), cfg):
     for t in names:
-      task, e = study.task(t), study.emb(m, t)
+      task, G = study.task(t), study.heads(m, [t])[0]  # the text head alone: no image embedded
       X, y = study.pixels(m, task.train[0]), np.asarray(task.train[1])
       if not isinstance(X, (np.ndarray, jnp.ndarray)):
         raise ValueError(f"task {t!r}: source_holdout reads in-memory inputs (the toy and audio "
                          f"worlds), not {type(X).__name__}")
       fit, held = train.holdout_split(y, _HELD.value, cfg.seed)
-      zs = 100.0 * train.accuracy(study.model(m), X[held], y[held], e.G)
+      zs = 100.0 * train.accuracy(study.model(m), X[held], y[held], G)
       for n in steps:
         t1 = time.time()
-        ft = train.finetune_source(study.model(m), X[fit], y[fit], e.G, rank=r.rank, steps=n,
+        ft = train.finetune_source(study.model(m), X[fit], y[fit], G, rank=r.rank, steps=n,
                                    lr=r.lr, batch=r.batch, seed=r.seed,
                                    pad_classes=study.head_pad(t))
-        acc = 100.0 * train.accuracy(ft, X[held], y[held], e.G)
+        acc = 100.0 * train.accuracy(ft, X[held], y[held], G)
         rows.append({"family": m, "task": t, "steps": n, "fit": int(len(fit)),
                      "held": int(len(held)), "accuracy": acc, "zero_shot": zs})
         print(f"{m:>8s} {t:<12s} {n:>5d} steps: held-out {acc:5.1f} % (zero-shot {zs:5.1f}, "

@@ -69,6 +69,10 @@ HOLDOUT_REFUSALS = [
     ("--steps=200,x", "step count 'x' is not a positive integer"),
     ("--steps=200,200", "step count 200 is repeated"),
     ("--steps=", "no step counts given"),
+    ("--lrs=1e-2,0", "lr '0' is not a positive number"),
+    ("--lrs=1e-2,x", "lr 'x' is not a positive number"),
+    ("--lrs=1e-2,nan", "lr 'nan' is not a positive number"),
+    ("--lrs=1e-2,0.01", "lr 0.01 is repeated"),
     ("--held_fraction=1", "--held_fraction must lie strictly between 0 and 1"),
     ("--held_fraction=0", "--held_fraction must lie strictly between 0 and 1"),
     ("--config.data.tasks=('shape', 'colour')", "unknown downstream tasks"),
@@ -429,16 +433,17 @@ def test_transfer_anatomy_splits_add_up_and_match_the_main_job(run, cache, tmp_p
 
 
 def test_source_holdout_scores_each_step_count_on_held_out_training_rows(cache, tmp_path):
-  """experiments.studies.source_holdout on the micro world: one row per family, task and step
-  count; each task's training rows split into fit and held-out rows; fine-tuning longer changes
-  the held-out accuracy somewhere."""
+  """experiments.studies.source_holdout on the micro world: one row per family, task, step
+  count and lr; each task's training rows split into fit and held-out rows; fine-tuning longer,
+  or at another lr, changes the held-out accuracy somewhere."""
   from platonic_jax import pipeline
   from experiments import launch
   from experiments.configs import main as main_config
   env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
   out = subprocess.run(
       [sys.executable, "-m", "experiments.studies.source_holdout",
-       "--config=experiments/configs/main.py:micro", "--steps=2,12", f"--workdir={tmp_path}"],
+       "--config=experiments/configs/main.py:micro", "--steps=2,12", "--lrs=2e-2,5e-3",
+       f"--workdir={tmp_path}"],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
   assert "mean held-out accuracy" in out.stdout
@@ -446,13 +451,14 @@ def test_source_holdout_scores_each_step_count_on_held_out_training_rows(cache, 
   cfg = main_config.get_config("micro")
   families = pipeline.main_families(list(cfg.data.world.families), cfg)
   tasks = pipeline.task_names(cfg, launch.world_package(cfg).DOWNSTREAM)
-  assert h["steps"] == [2, 12] and h["held_fraction"] == 0.2
-  assert [(r["family"], r["task"], r["steps"]) for r in h["rows"]] == [
-      (m, t, n) for m in families for t in tasks for n in (2, 12)]
+  assert h["steps"] == [2, 12] and h["lrs"] == [2e-2, 5e-3] and h["held_fraction"] == 0.2
+  assert [(r["family"], r["task"], r["steps"], r["lr"]) for r in h["rows"]] == [
+      (m, t, n, lr) for m in families for t in tasks for n in (2, 12) for lr in (2e-2, 5e-3)]
   for r in h["rows"]:
     assert 0 < r["held"] < r["fit"] and 0 <= r["accuracy"] <= 100
-  by = {(r["family"], r["task"], r["steps"]): r["accuracy"] for r in h["rows"]}
-  assert any(by[(m, t, 2)] != by[(m, t, 12)] for m in families for t in tasks)
+  by = {(r["family"], r["task"], r["steps"], r["lr"]): r["accuracy"] for r in h["rows"]}
+  assert any(by[(m, t, 2, 2e-2)] != by[(m, t, 12, 2e-2)] for m in families for t in tasks)
+  assert any(by[(m, t, 12, 2e-2)] != by[(m, t, 12, 5e-3)] for m in families for t in tasks)
 
 
 @pytest.mark.parametrize("override,match", HOLDOUT_REFUSALS)

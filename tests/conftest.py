@@ -112,3 +112,19 @@ def warm_tunables() -> dict[str, str]:
   tested in tests/experiments/test_malloc_env.py."""
   from experiments import malloc_env
   return {"GLIBC_TUNABLES": ":".join([malloc_env.HUGETLB, *malloc_env.KEEP_MEMORY])}
+
+
+def pytest_sessionfinish(session):
+  """Runs the session's last full garbage collection, then freezes what is left (``gc.freeze``).
+
+  After the session pytest collects garbage several times more (its unraisable-exception check,
+  at unconfigure), each a full pass over a worker's heap that also triggers JAX's collection of
+  dead XLA buffers: 8-11 s for a worker of the whole suite. A pytest-xdist worker does that after
+  it has reported finishing, and execnet interrupts a worker still busy 5 s into its shutdown
+  (SIGINT), which surfaced as a PytestUnraisableExceptionWarning (a KeyboardInterrupt inside
+  JAX's gc callback) at the end of the run. Finalizers that fail in this collection are still
+  reported; the frozen objects are the ones the process holds until it exits.
+  """
+  import gc
+  gc.collect()
+  gc.freeze()

@@ -19,7 +19,6 @@ each (step count, lr); writes WORKDIR/source_holdout.json (``{"steps", "lrs", "h
 accuracies in percent on the held-out rows, ``zero_shot`` the pre-trained model's on them).
 """
 
-import math
 import os
 import time
 
@@ -54,17 +53,12 @@ def parse_steps(items) -> list[int]:
                            "no step counts given", repeated="step count {value} is repeated")
 
 
-def _positive_float(item: str) -> float:
-  x = float(item)
-  if not (x > 0 and math.isfinite(x)):
-    raise ValueError
-  return x
-
-
 def parse_lrs(items) -> list[float]:
   """["5e-3", "1e-2"] -> [0.005, 0.01]; ValueError naming an item that is not a positive finite
   number, a repeated lr, or an empty list."""
-  return launch.parse_list(items, _positive_float, "lr {item} is not a positive number",
+  from platonic_jax.validate import positive_float
+  return launch.parse_list(items, lambda x: positive_float("lr", x),
+                           "lr {item} is not a positive number",
                            "no learning rates given", repeated="lr {value:g} is repeated")
 
 

@@ -149,8 +149,8 @@ def test_two_processes_racing_on_cache_entries_leave_them_whole(tmp_path):
   outs = [p.communicate(timeout=120) for p in procs]
   assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
   assert sum(int(o[0]) for o in outs) == 30  # each entry published by exactly one racer
-  assert open(tmp_path / "emb.safetensors", "rb").read() == bytes(range(256)) * 4096
+  assert (tmp_path / "emb.safetensors").read_bytes() == bytes(range(256)) * 4096
   for i in range(30):
-    parts = {open(tmp_path / f"family{i}" / f"part{j}").read() for j in range(20)}
+    parts = {(tmp_path / f"family{i}" / f"part{j}").read_text() for j in range(20)}
     assert len(parts) == 1 and parts.pop() in ("a" * 1000, "b" * 1000)
   assert _hidden(tmp_path) == []  # no temporary left behind

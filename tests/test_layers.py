@@ -45,7 +45,8 @@ def unit(name: str) -> str | None:
 
 def imports(path: str, module: str, known: set[str]) -> set[str]:
   """Every module of the two packages that ``module`` (at ``path``) imports, at any depth."""
-  tree = ast.parse(open(path, encoding="utf-8").read(), path)
+  with open(path, encoding="utf-8") as f:
+    tree = ast.parse(f.read(), path)
   is_pkg = os.path.basename(path) == "__init__.py"
   found = set()
   for node in ast.walk(tree):

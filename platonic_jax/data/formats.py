@@ -177,8 +177,10 @@ def _parquet_files(root: str, name: str) -> list[str]:
 
 
 def _has_class_dirs(path: str) -> bool:
-  return os.path.isdir(path) and any(
-      e.is_dir() and not e.name.startswith(".") for e in os.scandir(path))
+  if not os.path.isdir(path):
+    return False
+  with os.scandir(path) as entries:
+    return any(e.is_dir() and not e.name.startswith(".") for e in entries)
 
 
 def _find(root: str, spec: TaskSpec, split: str, fmt: str) -> tuple[str, Any, str]:

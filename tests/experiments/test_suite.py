@@ -62,9 +62,11 @@ def test_config_runs_end_to_end(name, experiment, title, micro, suite_dir):
   if experiment in REUSE and "addition" in RUNS:
     assert out.study.counts["finetune"] == 0 and out.study.counts["solve"] == 0, out.study.counts
   assert out.study.counts["embed_images"] <= len(out.study.models), "embedded more than once"
-  md = open(os.path.join(work, "tables.md")).read()
+  with open(os.path.join(work, "tables.md")) as f:
+    md = f.read()
   assert title in md and "nan" not in md.lower()
-  saved = json.load(open(os.path.join(work, "config.json")))
+  with open(os.path.join(work, "config.json")) as f:
+    saved = json.load(f)
   assert saved["config"]["experiment"] == experiment
   # the suite's studies solve METHOD's descriptors with METHOD's selection; the adapter's keep
   # is the config's; SigLIP targets take the head edit (METHOD's route)

@@ -162,7 +162,10 @@ def test_every_launcher_takes_the_start_up_flags_and_starts_first():
   launchers = []
   for dirpath, _, files in os.walk(base):
     for f in files:
-      src = open(os.path.join(dirpath, f), encoding="utf-8").read() if f.endswith(".py") else ""
+      if not f.endswith(".py"):
+        continue
+      with open(os.path.join(dirpath, f), encoding="utf-8") as fh:
+        src = fh.read()
       if "app.run(main)" in src:
         launchers.append(f)
         tree = ast.parse(src)

@@ -95,14 +95,15 @@ def main(argv):
         raise ValueError(f"task {t!r}: source_holdout reads in-memory inputs (the toy and audio "
                          f"worlds), not {type(X).__name__}")
       fit, held = train.holdout_split(y, _HELD.value, cfg.seed)
-      zs = 100.0 * train.accuracy(study.model(m), X[held], y[held], G)
+      (X_fit, y_fit), (X_held, y_held) = (X[fit], y[fit]), (X[held], y[held])  # sliced once
+      zs = 100.0 * train.accuracy(study.model(m), X_held, y_held, G)
       for n in steps:
         for lr in lrs:
           t1 = time.time()
-          ft = train.finetune_source(study.model(m), X[fit], y[fit], G, rank=r.rank, steps=n,
+          ft = train.finetune_source(study.model(m), X_fit, y_fit, G, rank=r.rank, steps=n,
                                      lr=lr, batch=r.batch, seed=r.seed,
                                      pad_classes=study.head_pad(t))
-          acc = 100.0 * train.accuracy(ft, X[held], y[held], G)
+          acc = 100.0 * train.accuracy(ft, X_held, y_held, G)
           rows.append({"family": m, "task": t, "steps": n, "lr": lr, "fit": int(len(fit)),
                        "held": int(len(held)), "accuracy": acc, "zero_shot": zs})
           print(f"{m:>8s} {t:<12s} {n:>5d} steps lr {lr:g}: held-out {acc:5.1f} % (zero-shot "

@@ -432,7 +432,7 @@ def test_transfer_anatomy_splits_add_up_and_match_the_main_job(run, cache, tmp_p
     assert neg["controls"] == pytest.approx(cf["controls"], abs=1e-3)
 
 
-def test_source_holdout_scores_each_step_count_on_held_out_training_rows(cache, tmp_path):
+def test_source_holdout_scores_each_step_count_and_lr_on_held_out_training_rows(cache, tmp_path):
   """experiments.studies.source_holdout on the micro world: one row per family, task, step
   count and lr; each task's training rows split into fit and held-out rows; fine-tuning longer,
   or at another lr, changes the held-out accuracy somewhere."""
@@ -447,7 +447,8 @@ def test_source_holdout_scores_each_step_count_on_held_out_training_rows(cache, 
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
   assert "mean held-out accuracy" in out.stdout
-  h = json.load(open(os.path.join(tmp_path, "source_holdout.json")))
+  with open(os.path.join(tmp_path, "source_holdout.json")) as f:
+    h = json.load(f)
   cfg = main_config.get_config("micro")
   families = pipeline.main_families(list(cfg.data.world.families), cfg)
   tasks = pipeline.task_names(cfg, launch.world_package(cfg).DOWNSTREAM)

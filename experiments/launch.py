@@ -72,6 +72,20 @@ def parse_list(items: Sequence, convert: Callable[[str], Any], bad: str, empty: 
   return out
 
 
+def _positive_int(item: str) -> int:
+  n = int(item)
+  if n < 1:
+    raise ValueError
+  return n
+
+
+def parse_steps(items) -> list[int]:
+  """["200", "400"] -> [200, 400]; ValueError naming an item that is not a positive integer,
+  a repeated count, or an empty list."""
+  return parse_list(items, _positive_int, "step count {item} is not a positive integer",
+                    "no step counts given", repeated="step count {value} is repeated")
+
+
 def set_progress(value: bool | None) -> None:
   """Applies a launcher's ``--progress`` flag (None: leave it to ``PLATONIC_JAX_PROGRESS``)."""
   from platonic_jax.progress import set_progress as apply

@@ -6,6 +6,7 @@ suite (``experiments.main`` with a table config) or of the benchmarks (``experim
     python -m experiments.studies.strength_frontier        task gain against the controls' cost
     python -m experiments.studies.adapter_holdout          adapter recipes on held-out probes
     python -m experiments.studies.source_holdout           source step counts and lrs on held-out rows
+    python -m experiments.studies.pretrain_holdout         audio pretraining steps on held-out clips
     python -m experiments.studies.same_architecture_check  GradFix and Theseus on twin families
     python -m experiments.studies.probe_world              zero-shot / linear probe of a toy world
     python -m experiments.studies.probe_audio_world        the same for an audio world

@@ -39,20 +39,6 @@ _HELD = flags.DEFINE_float("held_fraction", 0.2, "share of each class's training
 _PROGRESS = flags.DEFINE_bool("progress", None, launch.PROGRESS_HELP)
 
 
-def _positive(item: str) -> int:
-  n = int(item)
-  if n < 1:
-    raise ValueError
-  return n
-
-
-def parse_steps(items) -> list[int]:
-  """["200", "400"] -> [200, 400]; ValueError naming an item that is not a positive integer,
-  a repeated count, or an empty list."""
-  return launch.parse_list(items, _positive, "step count {item} is not a positive integer",
-                           "no step counts given", repeated="step count {value} is repeated")
-
-
 def parse_lrs(items) -> list[float]:
   """["5e-3", "1e-2"] -> [0.005, 0.01]; ValueError naming an item that is not a positive finite
   number, a repeated lr, or an empty list."""
@@ -76,7 +62,7 @@ def main(argv):
   from platonic_jax.validate import check_fraction
 
   t0 = time.time()
-  steps = parse_steps(_STEPS.value)  # refuse bad arguments before building anything
+  steps = launch.parse_steps(_STEPS.value)  # refuse bad arguments before building anything
   check_fraction("--held_fraction", _HELD.value)
   cfg = _CONFIG.value
   lrs = parse_lrs(_LRS.value) if _LRS.value else [float(cfg.source.lr)]

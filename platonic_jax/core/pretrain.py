@@ -137,6 +137,36 @@ def make_optimizer(cfg: PretrainConfig) -> optax.GradientTransformation:
   return tx
 
 
+def model_loss(model: nnx.Module, batch: Mapping[str, jax.Array], cfg: PretrainConfig) -> jax.Array:
+  """The pretraining objective of ``model`` (a merged NNX dual encoder) on one batch (as
+  ``make_train_step``'s); scalar. Traceable: call it under ``jax.jit``."""
+  if cfg.loss not in LOSSES:
+    raise ValueError(f"unknown loss {cfg.loss!r}; known: {sorted(LOSSES)}")
+  if "input_features" in batch:
+    img = model.encode_audio(batch["input_features"], batch.get("is_longer"))
+  else:
+    img = model.encode_image(batch["pixels"])
+  txt = model.encode_text(batch["input_ids"], batch["attention_mask"])
+  bias = None if model.logit_bias is None else model.logit_bias[...]
+  positives = duplicate_positives(batch["input_ids"]) if cfg.duplicates_positive else None
+  scale_t = getattr(model, "logit_scale_t", None)
+  return LOSSES[cfg.loss](img, txt, model.logit_scale[...], bias, positives,
+                          None if scale_t is None else scale_t[...])
+
+
+def heldout_loss(module: nnx.Module, batches: Iterable[Mapping[str, np.ndarray]],
+                 cfg: PretrainConfig) -> float:
+  """Mean of the pretraining objective (``model_loss``) of ``module`` over ``batches`` (host
+  arrays of one shape: one compilation); no update. A label-free measure of how far
+  pretraining has gone when ``batches`` are data it never trained on."""
+  graphdef, state = nnx.split(module)
+  loss = jax.jit(lambda state, batch: model_loss(nnx.merge(graphdef, state), batch, cfg))
+  values = [loss(state, dict(b)) for b in batches]
+  if not values:
+    raise ValueError("heldout_loss needs at least one batch")
+  return float(np.mean(jax.device_get(values)))
+
+
 def make_train_step(graphdef, rest, tx: optax.GradientTransformation, cfg: PretrainConfig):
   """The jitted step ``(params, opt_state, batch) -> (params, opt_state, metrics)``.
 
@@ -146,20 +176,9 @@ def make_train_step(graphdef, rest, tx: optax.GradientTransformation, cfg: Pretr
   """
   if cfg.loss not in LOSSES:
     raise ValueError(f"unknown loss {cfg.loss!r}; known: {sorted(LOSSES)}")
-  loss_fn = LOSSES[cfg.loss]
 
   def objective(params, batch):
-    model = nnx.merge(graphdef, params, rest)
-    if "input_features" in batch:
-      img = model.encode_audio(batch["input_features"], batch.get("is_longer"))
-    else:
-      img = model.encode_image(batch["pixels"])
-    txt = model.encode_text(batch["input_ids"], batch["attention_mask"])
-    bias = None if model.logit_bias is None else model.logit_bias[...]
-    positives = duplicate_positives(batch["input_ids"]) if cfg.duplicates_positive else None
-    scale_t = getattr(model, "logit_scale_t", None)
-    return loss_fn(img, txt, model.logit_scale[...], bias, positives,
-                   None if scale_t is None else scale_t[...])
+    return model_loss(nnx.merge(graphdef, params, rest), batch, cfg)
 
   def step(params, opt_state, batch):
     loss, grads = jax.value_and_grad(objective)(params, batch)

@@ -13,7 +13,6 @@ from experiments.configs import audio_world
 from platonic_jax.core import pretrain as pretrain_lib
 from platonic_jax.data import tokenizer as tok
 from platonic_jax.data.audioworld import captions, synth, tasks as tasks_lib, world as world_lib
-from platonic_jax.data.toyworld import zeroshot
 from platonic_jax.models.audio_features import PREPROCESSOR_CONFIG
 
 
@@ -147,9 +146,8 @@ def test_world_configs_are_checked():
 
 # ---- the trainer on an audio dual encoder ------------------------------------------------------
 
-def test_pretrain_trains_an_audio_module_with_both_scales_and_frozen_statistics():
-  """Batches of input_features go through encode_audio; CLAP's two log scales both train; a
-  ``trainable`` filter leaves batch-norm statistics (RunningStat) as they were."""
+def _tiny_audio_text():
+  """An NNX dual encoder with CLAP's two log scales and a batch-norm-like statistic."""
   from flax import nnx
   from platonic_jax.models.clap import RunningStat
 
@@ -173,18 +171,78 @@ def test_pretrain_trains_an_audio_module_with_both_scales_and_frozen_statistics(
     def encode_text(self, ids, mask):
       return (self.text(ids) * mask[..., None]).sum(1)
 
-  rng = np.random.default_rng(0)
-  batches = ({"input_features": rng.normal(size=(8, 1, 2, 3)).astype(np.float32),
-              "input_ids": rng.integers(0, 10, (8, 5)).astype(np.int32),
-              "attention_mask": np.ones((8, 5), np.int32)} for _ in range(3))
-  module = TinyAudioText(nnx.Rngs(0))
+  return TinyAudioText(nnx.Rngs(0))
+
+
+def _tiny_batches(n, seed=0):
+  rng = np.random.default_rng(seed)
+  return [{"input_features": rng.normal(size=(8, 1, 2, 3)).astype(np.float32),
+           "input_ids": rng.integers(0, 10, (8, 5)).astype(np.int32),
+           "attention_mask": np.ones((8, 5), np.int32)} for _ in range(n)]
+
+
+def test_pretrain_trains_an_audio_module_with_both_scales_and_frozen_statistics():
+  """Batches of input_features go through encode_audio; CLAP's two log scales both train; a
+  ``trainable`` filter leaves batch-norm statistics (RunningStat) as they were."""
+  from flax import nnx
+  from platonic_jax.models.clap import RunningStat
+  module = _tiny_audio_text()
   cfg = pretrain_lib.PretrainConfig(steps=3, learning_rate=0.1, warmup_steps=0, log_every=1)
-  trained, history = pretrain_lib.pretrain(module, batches, cfg,
+  trained, history = pretrain_lib.pretrain(module, iter(_tiny_batches(3)), cfg,
                                            trainable=nnx.All(nnx.Param, nnx.Not(RunningStat)))
   assert len(history["loss"]) == 3 and all(np.isfinite(l) for _, l in history["loss"])
   np.testing.assert_array_equal(np.asarray(trained.stat[...]), np.ones(3))
   assert float(trained.logit_scale_a[...]) != 1.0 and float(trained.logit_scale_t[...]) != 2.0
   assert float(module.logit_scale_t[...]) == 2.0  # the input module is unchanged
+
+
+def test_heldout_loss_is_the_training_objective_averaged_over_batches():
+  """``pretrain.heldout_loss``: the mean of CLIP's loss with CLAP's two scales over the batches
+  (checked against ``clip_loss`` on the module's own embeddings), the module untouched; the
+  first logged training loss of a one-step run is the same objective on its batch."""
+  module = _tiny_audio_text()
+  batches = _tiny_batches(3, seed=1)
+  cfg = pretrain_lib.PretrainConfig(steps=1, learning_rate=0.1, warmup_steps=0, log_every=1)
+  want = np.mean([float(pretrain_lib.clip_loss(
+      module.encode_audio(jnp.asarray(b["input_features"])),
+      module.encode_text(jnp.asarray(b["input_ids"]), jnp.asarray(b["attention_mask"])),
+      module.logit_scale_a[...], text_logit_scale=module.logit_scale_t[...])) for b in batches])
+  got = pretrain_lib.heldout_loss(module, batches, cfg)
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  assert float(module.logit_scale_a[...]) == 1.0
+  _, history = pretrain_lib.pretrain(module, iter(batches[:1]), cfg)
+  np.testing.assert_allclose(history["loss"][0][1],
+                             pretrain_lib.heldout_loss(module, batches[:1], cfg), rtol=1e-6)
+  with pytest.raises(ValueError, match="at least one batch"):
+    pretrain_lib.heldout_loss(module, [], cfg)
+
+
+def test_heldout_batches_are_fixed_data_no_family_trains_on():
+  """``heldout_pool`` / ``heldout_batches``: the same bytes for a seed, whatever the pretraining
+  steps or rate; clips of their own stream (not the pretraining pool's); each family captions
+  them from its own stream, as pretraining captions; a pool smaller than a batch is refused."""
+  config = audio_world.get_config("micro").to_dict()
+  config["pool_size"] = 64
+  pool = world_lib.heldout_pool(config, 70)
+  again = world_lib.heldout_pool(config, 70)
+  assert pool[1].shape == (70, 1, 32, 32) and pool[1].tobytes() == again[1].tobytes()
+  train = world_lib.pretrain_pool(config)
+  assert not any(np.array_equal(pool[1][0], x) for x in train[1])
+  longer = json.loads(json.dumps(config))
+  longer["pretrain"].update(steps=999, learning_rate=1e-4)
+  a = world_lib.heldout_batches(config, "clap-a", pool)
+  assert len(a) == 2 and [b["input_features"].shape[0] for b in a] == [32, 32]
+  for x, y in zip(a, world_lib.heldout_batches(longer, "clap-a", again)):
+    assert all(x[k].tobytes() == y[k].tobytes() for k in x)
+  np.testing.assert_array_equal(a[1]["input_features"], pool[1][32:64])
+  b = world_lib.heldout_batches(config, "clap-b", pool)
+  assert not np.array_equal(a[0]["input_ids"], b[0]["input_ids"])  # per-family captions
+  np.testing.assert_array_equal(a[0]["input_features"], b[0]["input_features"])
+  with pytest.raises(ValueError, match="20 held-out clips make no batch of the pretraining "
+                                       "batch size 32"):
+    world_lib.heldout_batches(config, "clap-a", world_lib.heldout_pool(config, 20))
+  with pytest.raises(ValueError, match="unknown family 'clap-z'"):
+    world_lib.heldout_batches(config, "clap-z", pool)
 
 
 # ---- a micro family: cache and export --------------------------------------------------------

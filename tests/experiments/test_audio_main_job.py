@@ -250,3 +250,52 @@ def test_real_tasks_of_another_modality_than_a_model_are_refused(world, tmp_path
   with pytest.raises(ValueError, match="task 'cifar100' is an image task but model 'clap-b' "
                                        "takes audio"):
     _audio_study(tmp_path, {"clap-b": ckpt}, tasks=("cifar100",))
+
+
+def test_pretrain_holdout_scores_each_step_count_on_the_same_held_out_batches(tmp_path):
+  """experiments.studies.pretrain_holdout on the micro audio world: each step count's families
+  under their own cache keys (here pretrained by a stub that sets the audio log scale from the
+  step count, so the counts differ), each scored on the same held-out batches: the rows'
+  losses are ``pretrain.heldout_loss`` of the cached families on ``heldout_batches``."""
+  from experiments.configs import audio_world
+  from platonic_jax.core import pretrain as pretrain_lib
+  from platonic_jax.data.audioworld import world as world_lib
+  cache, work = tmp_path / "cache", tmp_path / "work"
+
+  def stub(module, batches, cfg, **kw):
+    module.logit_scale_a[...] = np.float32(np.log(cfg.steps / 10))
+    return module, {"loss": [(cfg.steps, 4.0)], "seconds": 1.0, "cpu_seconds": 1.0,
+                    "steps": cfg.steps}
+  configs = {}
+  real, pretrain_lib.pretrain = pretrain_lib.pretrain, stub
+  try:
+    for steps in (150, 600):
+      c = audio_world.get_config("micro")
+      c.cache_dir, c.pretrain.steps, c.pool_size = str(cache), steps, 64  # a small pool: quick
+      configs[steps] = c.to_dict()
+      world_lib.build_world(configs[steps], log=None)
+  finally:
+    pretrain_lib.pretrain = real
+  env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
+  out = subprocess.run(
+      [sys.executable, "-m", "experiments.studies.pretrain_holdout",
+       "--config=experiments/configs/audio_world.py:micro", "--config.pool_size=64",
+       "--steps=150,600", "--held_clips=64", f"--workdir={work}", "--noprogress"],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  assert "mean held-out loss over 2 families (64 clips each)" in out.stdout
+  with open(os.path.join(work, "pretrain_holdout.json")) as f:
+    h = json.load(f)
+  assert h["steps"] == [150, 600] and h["held_clips"] == 64 and h["seed"] == 0
+  assert [(r["family"], r["steps"]) for r in h["rows"]] == [
+      (f, n) for n in (150, 600) for f in ("clap-a", "clap-b")]
+  assert all(r["cached"] and r["train_loss"] == 4.0 for r in h["rows"])
+  pool = world_lib.heldout_pool(configs[150], 64)
+  for r in h["rows"]:
+    model, _ = world_lib.build_family(configs[r["steps"]], r["family"])
+    want = pretrain_lib.heldout_loss(model.module,
+                                     world_lib.heldout_batches(configs[150], r["family"], pool),
+                                     world_lib.pretrain_config(configs[r["steps"]], r["family"]))
+    np.testing.assert_allclose(r["heldout_loss"], want, rtol=1e-5)
+  by = {(r["family"], r["steps"]): r["heldout_loss"] for r in h["rows"]}
+  assert all(by[(f, 150)] != by[(f, 600)] for f in ("clap-a", "clap-b"))

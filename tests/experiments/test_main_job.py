@@ -77,6 +77,16 @@ HOLDOUT_REFUSALS = [
     ("--held_fraction=0", "--held_fraction must lie strictly between 0 and 1"),
     ("--config.data.tasks=('shape', 'colour')", "unknown downstream tasks"),
 ]
+PRETRAIN_REFUSALS = [
+    ("--steps=150,0", "step count '0' is not a positive integer"),
+    ("--steps=150,150", "step count 150 is repeated"),
+    ("--steps=", "no step counts given"),
+    ("--held_clips=16", "--held_clips=16 is smaller than one pretraining batch (32)"),
+    ('--config.families["clap-a"].steps=300',
+     "families with their own pretraining steps {'clap-a': 300}"),
+    ("--config=experiments/configs/toy_world.py:micro",
+     "pretrain_holdout reads an audio world config"),
+]
 UNWRITABLE = ["main.py:micro", "table1_addition.py:micro"]  # configs whose workdir is refused
 
 
@@ -117,6 +127,9 @@ def refused(tmp_path_factory):
                                        for o, _ in ANATOMY_REFUSALS],
       "experiments.studies.source_holdout": [(o, [micro, o, "--workdir={case}/w"])
                                              for o, _ in HOLDOUT_REFUSALS],
+      "experiments.studies.pretrain_holdout": [
+          (o, ["--config=experiments/configs/audio_world.py:micro", o, "--workdir={case}/w"])
+          for o, _ in PRETRAIN_REFUSALS],
       "experiments.main": [(o, [micro, *(o if isinstance(o, tuple) else (o,)),
                                 "--workdir={case}/w"]) for o, _ in MAIN_REFUSALS] + [
           (("unwritable", c), [f"--config=experiments/configs/{c}",
@@ -465,6 +478,11 @@ def test_source_holdout_scores_each_step_count_and_lr_on_held_out_training_rows(
 @pytest.mark.parametrize("override,match", HOLDOUT_REFUSALS)
 def test_source_holdout_refuses_bad_arguments_before_building(refused, override, match):
   _refuses(refused, "experiments.studies.source_holdout", override, match)
+
+
+@pytest.mark.parametrize("override,match", PRETRAIN_REFUSALS)
+def test_pretrain_holdout_refuses_bad_arguments_before_building(refused, override, match):
+  _refuses(refused, "experiments.studies.pretrain_holdout", override, match)
 
 
 @pytest.mark.parametrize("override,match", ANATOMY_REFUSALS)

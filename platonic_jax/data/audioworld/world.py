@@ -33,7 +33,7 @@ from platonic_jax.data.toyworld.world import (World, _plain, cache_root, check_f
 from platonic_jax.models.audio_features import PREPROCESSOR_CONFIG, AudioFeatureExtractor
 
 __all__ = ["World", "build_family", "build_tasks", "build_world", "extractor", "family_key",
-           "hf_config", "is_cached", "pretrain_pool"]
+           "heldout_batches", "heldout_pool", "hf_config", "is_cached", "pretrain_pool"]
 
 # Bump when synthesis, captions or the trainer change what a config produces.
 WORLD_VERSION = "audioworld/1"
@@ -156,6 +156,22 @@ def set_input_norm(module, feats: np.ndarray) -> None:
   bn.running_var[...] = jnp.asarray(x.var(0), jnp.float32)
 
 
+def _caption_options(config: Mapping) -> tuple[list[str], dict]:
+  """The pretraining captions' view cycle and ``captions.caption_ids`` keyword arguments."""
+  cap = config["captions"]
+  kwargs = dict(noise=dict(cap.get("noise") or {}), confuse=dict(cap.get("confuse") or {}),
+                confuse_rate=float(cap.get("confuse_rate") or 0.0),
+                swap=dict(cap.get("swap") or {}), swap_rate=float(cap.get("swap_rate") or 0.0),
+                length=int(config["max_text_length"]))
+  return view_schedule(cap), kwargs
+
+
+def _batch(config, attrs, feats, idx, rng, view, kwargs) -> dict[str, np.ndarray]:
+  mention = dict(config["captions"]["views"][view])
+  ids, mask = captions.caption_ids({a: v[idx] for a, v in attrs.items()}, rng, mention, **kwargs)
+  return {"input_features": feats[idx], "input_ids": ids, "attention_mask": mask}
+
+
 def pretrain_batches(config: Mapping, family: str, attrs: Mapping[str, np.ndarray],
                      feats: np.ndarray) -> Iterator[dict[str, np.ndarray]]:
   """The family's endless stream of pretraining batches over the pool.
@@ -165,20 +181,12 @@ def pretrain_batches(config: Mapping, family: str, attrs: Mapping[str, np.ndarra
   """
   rng = np.random.default_rng(tasks_lib.stream(config["seed"], tasks_lib.CAPTIONS, family))
   b = int(config["pretrain"]["batch_size"])
-  cap = config["captions"]
-  schedule = view_schedule(cap)
-  kwargs = dict(noise=dict(cap.get("noise") or {}), confuse=dict(cap.get("confuse") or {}),
-                confuse_rate=float(cap.get("confuse_rate") or 0.0),
-                swap=dict(cap.get("swap") or {}), swap_rate=float(cap.get("swap_rate") or 0.0),
-                length=int(config["max_text_length"]))
+  schedule, kwargs = _caption_options(config)
   n = feats.shape[0]
   step = 0
   while True:
-    mention = dict(cap["views"][schedule[step % len(schedule)]])
     idx = rng.integers(0, n, size=b)
-    ids, mask = captions.caption_ids({a: v[idx] for a, v in attrs.items()}, rng, mention,
-                                     **kwargs)
-    yield {"input_features": feats[idx], "input_ids": ids, "attention_mask": mask}
+    yield _batch(config, attrs, feats, idx, rng, schedule[step % len(schedule)], kwargs)
     step += 1
 
 
@@ -187,6 +195,36 @@ def pretrain_pool(config) -> tuple[dict[str, np.ndarray], np.ndarray]:
   config = _plain(config)
   attrs, waves = tasks_lib.sample_pool(config["seed"], tasks_lib.POOL, int(config["pool_size"]))
   return attrs, features(config)(waves)
+
+
+def heldout_pool(config, n_clips: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+  """``n_clips`` clips no family trains on: the world's generator on the ``HELDOUT`` stream,
+  (attrs {name: (n,)}, features (n,1,T,F)) as ``pretrain_pool``'s. Deterministic in (seed,
+  n_clips)."""
+  config = _plain(config)
+  attrs, waves = tasks_lib.sample_pool(config["seed"], tasks_lib.HELDOUT, int(n_clips))
+  return attrs, features(config)(waves)
+
+
+def heldout_batches(config, family: str, pool) -> list[dict[str, np.ndarray]]:
+  """Pretraining-style batches over a ``heldout_pool``: its clips in order, ``n // batch_size``
+  batches (as ``pretrain_batches``'s), captioned as in pretraining (the same view cycle, swaps
+  and rates) from the family's own held-out caption stream. Deterministic in (seed, family,
+  the pool, the caption settings); independent of the pretraining steps and rate, so a
+  family's pretraining runs are scored on the same batches. ValueError when the pool is
+  smaller than one batch.
+  """
+  config = _plain(config)
+  check_family(config, family)
+  attrs, feats = pool
+  b = int(config["pretrain"]["batch_size"])
+  if feats.shape[0] < b:
+    raise ValueError(f"{feats.shape[0]} held-out clips make no batch of the pretraining batch "
+                     f"size {b}")
+  rng = np.random.default_rng(tasks_lib.stream(config["seed"], tasks_lib.HELDOUT, family))
+  schedule, kwargs = _caption_options(config)
+  return [_batch(config, attrs, feats, np.arange(i * b, (i + 1) * b), rng,
+                 schedule[i % len(schedule)], kwargs) for i in range(feats.shape[0] // b)]
 
 
 def build_family(config, family: str, *, pool=None, log: Callable[[str], None] | None = None):

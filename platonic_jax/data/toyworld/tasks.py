@@ -31,7 +31,7 @@ import numpy as np
 from platonic_jax.data.toyworld import render
 
 # Seed streams: np.random.default_rng([seed, STREAM, ...]).
-POOL, TRAIN, TEST, PROBES, CAPTIONS, INIT = range(6)
+POOL, TRAIN, TEST, PROBES, CAPTIONS, INIT, HELDOUT = range(7)  # HELDOUT: data no model trains on
 
 
 def phrase(attribute: str, value: str) -> str:

@@ -12,12 +12,12 @@ the cosine schedule decaying over the new count) builds or loads every family of
 world (cached under its own key, so the main job on a world of that step count loads it) and
 scores its pretraining objective (CLIP's loss with CLAP's two scales) on ``--held_clips``
 clips that no family trains on (``audioworld.world.heldout_pool`` and ``heldout_batches``: the
-world's generator on its held-out stream, captioned as in pretraining). No downstream task, probe or label is read,
-so a step count chosen here is not chosen on the method's evaluation. Prints the table and the
-mean of each step count; writes WORKDIR/pretrain_holdout.json (``{"steps", "held_clips",
-"seed", "rows": [{"family", "steps", "heldout_loss", "train_loss", "pretrain_seconds",
-"cached"}]}``; ``train_loss`` the mean over the last logged window, ``pretrain_seconds`` the
-training's wall time when it ran, or when it was cached).
+world's generator on its held-out stream, captioned as in pretraining). No downstream task,
+probe or label is read, so a step count chosen here is not chosen on the method's evaluation.
+Prints the table and the mean of each step count; writes WORKDIR/pretrain_holdout.json
+(``{"steps", "held_clips", "seed", "rows": [{"family", "steps", "heldout_loss", "train_loss",
+"pretrain_seconds", "cached"}]}``; ``train_loss`` the mean over the last logged window,
+``pretrain_seconds`` the training's wall time when it ran, or when it was cached).
 """
 
 import copy
@@ -86,9 +86,9 @@ def main(argv):
       rows.append({"family": f, "steps": n, "heldout_loss": loss,
                    "train_loss": info["final_loss"], "pretrain_seconds": info["pretrain_seconds"],
                    "cached": info["cached"]})
+      cached = ", cached" if info["cached"] else ""
       print(f"{f:>8s} {n:>6d} steps: held-out loss {loss:.4f} (training {info['final_loss']:.4f}"
-            f", pretraining {info['pretrain_seconds']:.0f} s{', cached' if info['cached'] else ''})",
-            flush=True)
+            f", pretraining {info['pretrain_seconds']:.0f} s{cached})", flush=True)
   print(f"mean held-out loss over {len(families)} families ({_HELD.value} clips each):")
   for n in steps:
     print(f"  {n:>6d} steps: {np.mean([r['heldout_loss'] for r in rows if r['steps'] == n]):.4f}")

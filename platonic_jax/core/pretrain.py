@@ -137,7 +137,8 @@ def make_optimizer(cfg: PretrainConfig) -> optax.GradientTransformation:
   return tx
 
 
-def model_loss(model: nnx.Module, batch: Mapping[str, jax.Array], cfg: PretrainConfig) -> jax.Array:
+def model_loss(model: nnx.Module, batch: Mapping[str, jax.Array],
+               cfg: PretrainConfig) -> jax.Array:
   """The pretraining objective of ``model`` (a merged NNX dual encoder) on one batch (as
   ``make_train_step``'s); scalar. Traceable: call it under ``jax.jit``."""
   if cfg.loss not in LOSSES:

@@ -34,11 +34,11 @@ from typing import Mapping
 import numpy as np
 
 from platonic_jax.data.audioworld import captions, synth
-from platonic_jax.data.toyworld.tasks import (CAPTIONS, HELDOUT, INIT, POOL, PROBES, TEST, TRAIN, Task,
-                                              combination_labels, stream)
+from platonic_jax.data.toyworld.tasks import (CAPTIONS, HELDOUT, INIT, POOL, PROBES, TEST, TRAIN,
+                                              Task, combination_labels, stream)
 
-__all__ = ["CAPTIONS", "COMPOSED", "CONTROLS", "DOWNSTREAM", "HELDOUT", "INIT", "POOL", "SPECS", "TASK_SPECS",
-           "Task", "build_tasks", "sample_pool", "stream"]
+__all__ = ["CAPTIONS", "COMPOSED", "CONTROLS", "DOWNSTREAM", "HELDOUT", "INIT", "POOL", "SPECS",
+           "TASK_SPECS", "Task", "build_tasks", "sample_pool", "stream"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -103,6 +103,17 @@ def link_compiled(micro_world_cache: str, engine_cache) -> str:
   return str(engine_cache)
 
 
+def micro_cache_in_process(micro_world_cache: str, cache_root) -> str:
+  """``link_micro_world`` and ``link_compiled`` for ``cache_root``'s engine cache
+  (``cache_root/experiments``, the launchers' default), and this process's compiled programs
+  persisted in (and loaded from) it, as the launchers' runs on the micro world do. Returns
+  ``cache_root`` as a string."""
+  from platonic_jax import study
+  root = link_micro_world(micro_world_cache, cache_root)
+  study.use_compilation_cache(link_compiled(micro_world_cache, os.path.join(root, "experiments")))
+  return root
+
+
 def warm_tunables() -> dict[str, str]:
   """``{"GLIBC_TUNABLES": ...}``: the malloc tunables ``experiments.main`` re-executes itself
   under when every family is cached (``experiments/malloc_env.py``), for the environment of

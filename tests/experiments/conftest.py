@@ -35,15 +35,10 @@ def load_config(name: str, arg: str = "micro", **overrides):
 def micro(tmp_path_factory, micro_world_cache):
   """(world, cache_dir): the micro world loaded once, and the experiments' shared cache."""
   from experiments.configs import toy_world
-  from platonic_jax import study
   from platonic_jax.data.toyworld import build_world
-  from tests.conftest import link_compiled, link_micro_world
+  from tests.conftest import micro_cache_in_process
   root = tmp_path_factory.mktemp("pj_cache")
-  link_micro_world(micro_world_cache, root)
-  link_compiled(micro_world_cache, root / "experiments")
-  # This process's compiled programs persist in (and are loaded from) the session's one
-  # compilation cache, as the launchers' runs on the micro world do (tests/conftest.py).
-  study.use_compilation_cache(str(root / "experiments"))
+  micro_cache_in_process(micro_world_cache, root)  # the session's compiled programs too
   old = os.environ.get("PLATONIC_JAX_CACHE")
   os.environ["PLATONIC_JAX_CACHE"] = str(root)
   try:

@@ -166,12 +166,8 @@ def cache(tmp_path_factory, micro_world_cache):
   """The main job's PLATONIC_JAX_CACHE: the session's micro world, an empty engine cache (its
   compiled programs the session's: ``tests/conftest.py``; this process's in-process runs load
   and add to them too)."""
-  from platonic_jax import study
-  from tests.conftest import link_compiled, link_micro_world
-  root = link_micro_world(micro_world_cache, tmp_path_factory.mktemp("cache"))
-  link_compiled(micro_world_cache, os.path.join(root, "experiments"))
-  study.use_compilation_cache(os.path.join(root, "experiments"))
-  return root
+  from tests.conftest import micro_cache_in_process
+  return micro_cache_in_process(micro_world_cache, tmp_path_factory.mktemp("cache"))
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,6 @@ Prints the table and the mean of each step count; writes WORKDIR/pretrain_holdou
 ``pretrain_seconds`` the training's wall time when it ran, or when it was cached).
 """
 
-import copy
 import os
 import time
 
@@ -76,7 +75,7 @@ def main(argv):
   held = {f: audioworld.heldout_batches(base, f, heldout) for f in families}
   rows, pool = [], None
   for n in steps:
-    cfg = copy.deepcopy(base.to_dict())
+    cfg = base.to_dict()  # a fresh nested dict per step count
     cfg["pretrain"]["steps"] = n
     for f in families:
       if pool is None and not audioworld.is_cached(cfg, f):

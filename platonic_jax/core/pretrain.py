@@ -137,12 +137,18 @@ def make_optimizer(cfg: PretrainConfig) -> optax.GradientTransformation:
   return tx
 
 
+def loss_function(cfg: PretrainConfig) -> Callable[..., jax.Array]:
+  """``LOSSES[cfg.loss]``; ValueError naming an unknown loss and the known ones."""
+  if cfg.loss not in LOSSES:
+    raise ValueError(f"unknown loss {cfg.loss!r}; known: {sorted(LOSSES)}")
+  return LOSSES[cfg.loss]
+
+
 def model_loss(model: nnx.Module, batch: Mapping[str, jax.Array],
                cfg: PretrainConfig) -> jax.Array:
   """The pretraining objective of ``model`` (a merged NNX dual encoder) on one batch (as
   ``make_train_step``'s); scalar. Traceable: call it under ``jax.jit``."""
-  if cfg.loss not in LOSSES:
-    raise ValueError(f"unknown loss {cfg.loss!r}; known: {sorted(LOSSES)}")
+  loss_fn = loss_function(cfg)
   if "input_features" in batch:
     img = model.encode_audio(batch["input_features"], batch.get("is_longer"))
   else:
@@ -151,8 +157,8 @@ def model_loss(model: nnx.Module, batch: Mapping[str, jax.Array],
   bias = None if model.logit_bias is None else model.logit_bias[...]
   positives = duplicate_positives(batch["input_ids"]) if cfg.duplicates_positive else None
   scale_t = getattr(model, "logit_scale_t", None)
-  return LOSSES[cfg.loss](img, txt, model.logit_scale[...], bias, positives,
-                          None if scale_t is None else scale_t[...])
+  return loss_fn(img, txt, model.logit_scale[...], bias, positives,
+                 None if scale_t is None else scale_t[...])
 
 
 def heldout_loss(module: nnx.Module, batches: Iterable[Mapping[str, np.ndarray]],
@@ -175,8 +181,7 @@ def make_train_step(graphdef, rest, tx: optax.GradientTransformation, cfg: Pretr
   "is_longer" (B,) bool for an audio tower), "input_ids" (B,T) int32, "attention_mask" (B,T)
   int32}. params and opt_state are donated. metrics: {"loss", "logit_scale"} scalars.
   """
-  if cfg.loss not in LOSSES:
-    raise ValueError(f"unknown loss {cfg.loss!r}; known: {sorted(LOSSES)}")
+  loss_function(cfg)  # an unknown loss is refused here, before the first step is traced
 
   def objective(params, batch):
     return model_loss(nnx.merge(graphdef, params, rest), batch, cfg)

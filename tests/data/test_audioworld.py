@@ -215,6 +215,11 @@ def test_heldout_loss_is_the_training_objective_averaged_over_batches():
                              pretrain_lib.heldout_loss(module, batches[:1], cfg), rtol=1e-6)
   with pytest.raises(ValueError, match="at least one batch"):
     pretrain_lib.heldout_loss(module, [], cfg)
+  bogus = pretrain_lib.PretrainConfig(steps=1, loss="bogus")
+  for call in (lambda: pretrain_lib.heldout_loss(module, batches, bogus),
+               lambda: pretrain_lib.make_train_step(None, None, None, bogus)):
+    with pytest.raises(ValueError, match=r"unknown loss 'bogus'; known: \['clip', 'siglip'\]"):
+      call()
 
 
 def test_heldout_batches_are_fixed_data_no_family_trains_on():

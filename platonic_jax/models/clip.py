@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from platonic_jax.models.layers import (Dense, Embed, LayerNorm, activation, attention,
-                                        fused_dense, tapping)
+                                        fused_dense, fusion_barrier, tapping)
 
 NEG_INF = -1e9
 
@@ -131,10 +131,7 @@ class CLIPEncoder(nnx.Module):
     last = len(self.layers) - 1
     for i, layer in enumerate(self.layers):
       if i:
-        # A fusion barrier between blocks (an identity; under autodiff also on the residual
-        # stream's gradient): without it XLA CPU re-fuses the backward residual sum of every
-        # block above into each block's gradient, work quadratic in depth.
-        x = jax.lax.optimization_barrier(x)
+        x = fusion_barrier(x)  # an identity; see layers.fusion_barrier
       x = layer(x, bias, first_token_only=first_token_only and i == last)
     return x
 

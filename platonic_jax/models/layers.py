@@ -179,6 +179,50 @@ class Embed(nnx.Module):
     return jnp.take(self.embedding[...], ids, axis=0)
 
 
+def _cond_barrier(x: jax.Array) -> jax.Array:
+  # Both branches return x unchanged (x * 1 is exact for every float, NaN and -0 included); the
+  # predicate is read from the data, so XLA cannot fold the conditional away before fusion.
+  if x.size == 0:
+    return x
+  first = x.reshape(-1)[0]
+  return jax.lax.cond(first == first, lambda y: y, lambda y: y * jnp.ones((), y.dtype), x)
+
+
+@jax.custom_vjp
+def _gradient_barrier(x):
+  return x
+
+
+def _gradient_barrier_fwd(x):
+  return _cond_barrier(x), None
+
+
+def _gradient_barrier_bwd(_, g):
+  return (_cond_barrier(g),)
+
+
+_gradient_barrier.defvjp(_gradient_barrier_fwd, _gradient_barrier_bwd)
+
+
+def fusion_barrier(x: jax.Array) -> jax.Array:
+  """An identity between transformer blocks that XLA does not fuse across when differentiated.
+
+  ``x`` (any shape, floating) -> ``x``, the same values; its gradient is the incoming gradient,
+  unchanged. On CPU, in a function being differentiated (reverse mode), the value and its
+  gradient each pass through a barrier that keeps XLA CPU from fusing across it: without one
+  XLA CPU re-fuses the backward residual sum of every block above into each block's layer-norm
+  gradient (work quadratic in depth). ``jax.lax.optimization_barrier`` does not do this on CPU:
+  XLA CPU removes it before fusion. The barrier is a conditional whose two branches are both
+  the identity (one scalar read per call). A function that is not differentiated (an
+  embedding) gets none and compiles as without it. Reverse-mode only on CPU (a
+  ``jax.custom_vjp``, like the explicit attention). Other backends keep
+  ``optimization_barrier``, which their pipelines honour and which needs no device-to-host
+  predicate read.
+  """
+  return jax.lax.platform_dependent(x, cpu=_gradient_barrier,
+                                    default=jax.lax.optimization_barrier)
+
+
 def _sum_to(x: jax.Array, shape: tuple[int, ...]) -> jax.Array:
   """Sums ``x`` over the axes that ``shape`` broadcasts (numpy rules) to reach x's shape."""
   lead = x.ndim - len(shape)

@@ -50,7 +50,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from platonic_jax.models.layers import Dense, Embed, LayerNorm, activation, attention, tapping
+from platonic_jax.models.layers import (Dense, Embed, LayerNorm, activation, attention,
+                                        fusion_barrier, tapping)
 
 NEG_INF = -1e9
 
@@ -513,6 +514,8 @@ class EvaTrunk(nnx.Module):
     rope = self.rope()
     last = len(self.blocks) - 1 if not tapping() else -1  # every token under a calibration tap
     for i, block in enumerate(self.blocks):
+      if i:
+        x = fusion_barrier(x)  # an identity; see layers.fusion_barrier
       x = block(x, rope, first_token_only=i == last)
     return self.norm(x[:, 0])
 
@@ -585,7 +588,9 @@ class TextBlocks(nnx.Module):
                                for _ in range(spec.layers)])
 
   def __call__(self, x, bias=None):
-    for block in self.resblocks:
+    for i, block in enumerate(self.resblocks):
+      if i:
+        x = fusion_barrier(x)  # an identity; see layers.fusion_barrier
       x = block(x, bias)
     return x
 

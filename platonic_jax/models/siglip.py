@@ -32,7 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from platonic_jax.models.layers import Dense, Embed, LayerNorm, activation, attention
+from platonic_jax.models.layers import (Dense, Embed, LayerNorm, activation, attention,
+                                        fusion_barrier)
 
 NEG_INF = -1e9
 
@@ -175,6 +176,8 @@ class SiglipEncoder(nnx.Module):
     """x (B, T, D) -> (B, T, D), or (B, 1, D) when only the last token is read out."""
     last = len(self.layers) - 1
     for i, layer in enumerate(self.layers):
+      if i:
+        x = fusion_barrier(x)  # an identity; see layers.fusion_barrier
       x = layer(x, bias, last_token_only=last_token_only and i == last)
     return x
 

@@ -84,6 +84,50 @@ def _normal(rngs: nnx.Rngs, shape, std: float):
   return std * jax.random.normal(rngs.params(), shape, jnp.float32)
 
 
+def _merges_adapter(dtype) -> bool:
+  """Whether an adapter is added to its kernel before the matmul (``_adapted_matmul``): in fp32
+  and wider, where ``kernel + a @ b`` keeps the adapter's small update to full precision. In
+  bf16 / fp16 the update would be rounded per weight, so there the adapter's product is
+  computed on its own and added to the output."""
+  return jnp.finfo(dtype).bits >= 32
+
+
+@jax.custom_vjp
+def _adapted_matmul(x, kernel, a, b):
+  """``x @ (kernel + a @ b)``: x (..., in), kernel (in, out) frozen weights, a (in, r),
+  b (r, out) the adapter with its scale folded in. -> (..., out).
+
+  The same sum as ``x @ kernel + (x @ a) @ b`` but one (..., out)-sized product instead of
+  two and their addition, and the input gradient is one matmul, ``g @ (kernel + a @ b)^T``.
+  The gradients of ``a`` and ``b`` are the adapter's own (``x^T (g b^T)``, ``(x a)^T g``); the
+  kernel's gradient is computed only when the kernel itself is differentiated.
+  """
+  return x @ (kernel + a @ b)
+
+
+def _adapted_matmul_fwd(x, kernel, a, b):
+  xv, kv, av, bv = x.value, kernel.value, a.value, b.value
+  merged = kv + av @ bv
+  # The kernel's gradient needs x again; held only when the kernel is differentiated.
+  return xv @ merged, (xv, merged, av, bv, xv if kernel.perturbed else None)
+
+
+def _adapted_matmul_bwd(res, g):
+  x, merged, a, b, x_for_kernel = res
+  if isinstance(g, jax.custom_derivatives.SymbolicZero):
+    return None, None, None, None
+  x2 = x.reshape(-1, x.shape[-1])
+  g2 = g.reshape(-1, g.shape[-1])
+  dx = g @ merged.T
+  da = x2.T @ (g2 @ b.T)
+  db = (x2 @ a).T @ g2
+  dkernel = None if x_for_kernel is None else x2.T @ g2
+  return dx, dkernel, da, db
+
+
+_adapted_matmul.defvjp(_adapted_matmul_fwd, _adapted_matmul_bwd, symbolic_zeros=True)
+
+
 class Dense(nnx.Module):
   """``y = x @ kernel + bias`` with an optional low-rank adapter.
 
@@ -109,10 +153,15 @@ class Dense(nnx.Module):
     if _DENSE_TAPS:
       _DENSE_TAPS[-1](self, x)
     dtype = x.dtype
-    y = x @ self.kernel[...].astype(dtype)
+    kernel = self.kernel[...].astype(dtype)
+    if self.lora_a is not None and _merges_adapter(dtype):
+      y = _adapted_matmul(x, kernel, self.lora_a[...].astype(dtype),
+                          self.lora_b[...].astype(dtype) * jnp.asarray(self.lora_scale, dtype))
+    else:
+      y = x @ kernel
     if self.bias is not None:
       y = y + self.bias[...].astype(dtype)
-    if self.lora_a is not None:
+    if self.lora_a is not None and not _merges_adapter(dtype):
       y = y + ((x @ self.lora_a[...].astype(dtype)) @ self.lora_b[...].astype(dtype)) * jnp.asarray(
           self.lora_scale, dtype)
     return y
@@ -122,12 +171,14 @@ def fused_dense(layers, x: jax.Array) -> tuple[jax.Array, ...]:
   """``tuple(layer(x) for layer in layers)`` for ``Dense`` layers reading the same input, with
   one matmul for all their kernels.
 
-  The kernels are concatenated along their output axis, and so are the ``lora_a`` of the layers
-  carrying an adapter (a second, rank-wide matmul): ``x`` is read once per group, and the input
-  gradient is one matmul over the concatenated output gradients instead of one per layer plus
-  their sum. The adapter's matmul stays separate from the kernels' so that differentiating
-  ``lora_a`` never computes a gradient for the frozen kernels. Each output is the same sum as
-  ``layer(x)``: ``x @ kernel + bias + scale * (x @ lora_a) @ lora_b``.
+  The kernels are concatenated along their output axis: ``x`` is read once per group, and the
+  input gradient is one matmul over the concatenated output gradients instead of one per layer
+  plus their sum. Adapters: in fp32 each adapted layer's ``scale * lora_a @ lora_b`` is added
+  to its block of the concatenated kernel (``_adapted_matmul``, whose gradient for the frozen
+  kernels is computed only if they are differentiated); in bf16 / fp16 the ``lora_a`` are
+  concatenated into a second, rank-wide matmul and each ``(x @ lora_a) @ lora_b`` is added to
+  its output. Each output is the same sum as ``layer(x)``:
+  ``x @ kernel + bias + scale * (x @ lora_a) @ lora_b``.
   """
   dtype = x.dtype
   layers = tuple(layers)
@@ -135,16 +186,29 @@ def fused_dense(layers, x: jax.Array) -> tuple[jax.Array, ...]:
     for m in layers:
       _DENSE_TAPS[-1](m, x)
   kernel = jnp.concatenate([m.kernel[...] for m in layers], axis=1).astype(dtype)
-  outs = jax.lax.split(x @ kernel, [m.out_features for m in layers], axis=-1)
   adapted = [m for m in layers if m.lora_a is not None]
-  if adapted:
+  merge = bool(adapted) and _merges_adapter(dtype)
+  if merge:
+    # b: (sum of ranks, sum of outputs), each adapter's scaled lora_b in its own rows and in
+    # its layer's columns, zeros elsewhere, so that a @ b is each update in its kernel block.
+    a = jnp.concatenate([m.lora_a[...] for m in adapted], axis=1).astype(dtype)
+    b = jnp.concatenate([
+        jnp.concatenate([
+            m.lora_b[...].astype(dtype) * jnp.asarray(m.lora_scale, dtype) if n is m
+            else jnp.zeros((m.lora_a.shape[-1], n.out_features), dtype) for n in layers], axis=1)
+        for m in adapted], axis=0)
+    y = _adapted_matmul(x, kernel, a, b)
+  else:
+    y = x @ kernel
+  outs = jax.lax.split(y, [m.out_features for m in layers], axis=-1)
+  if adapted and not merge:
     a = jnp.concatenate([m.lora_a[...] for m in adapted], axis=1).astype(dtype)
     low = iter(jax.lax.split(x @ a, [m.lora_a.shape[-1] for m in adapted], axis=-1))
   res = []
   for m, o in zip(layers, outs):
     if m.bias is not None:
       o = o + m.bias[...].astype(dtype)
-    if m.lora_a is not None:
+    if m.lora_a is not None and not merge:
       o = o + (next(low) @ m.lora_b[...].astype(dtype)) * jnp.asarray(m.lora_scale, dtype)
     res.append(o)
   return tuple(res)

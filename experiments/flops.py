@@ -69,28 +69,33 @@ def lora_step_flops(v: ViT, batch: int, rank: int) -> int:
   tower frozen (``platonic_jax.core.lora.make_train_step``): forward + the backward that the
   adapter's gradient needs.
 
-  Per block (``tq`` query tokens: 1 in the last block, else T), backward: the input gradient of
-  every projection (as many FLOPs as its forward; a frozen kernel gets no weight gradient),
-  twice the attention core (dP, dV, dQ, dK), and the adapters' ``dB``, ``d(xA)``, ``dA`` and
-  input gradient. Block 0's input needs no gradient (nothing below it trains), so its q/k/v
-  input gradients, dK and the adapters' input gradients are not computed. The patch embedding
-  has no backward; the projection needs its input gradient.
+  In fp32 each adapter is added to its kernel before the matmul (``layers._adapted_matmul``):
+  per block and step (not per image) the merged update ``a @ b`` over the projections that
+  share the input, and per token no adapter forward. Per block (``tq`` query tokens: 1 in the
+  last block, else T), backward: the input gradient of every projection (as many FLOPs as its
+  forward; it includes the adapters'; a frozen kernel gets no weight gradient), twice the
+  attention core (dP, dV, dQ, dK), and the adapters' ``g b^T`` (over the group's whole output
+  width: b is zero outside the adapted layers' columns), ``dA``, ``x a`` and ``dB``. Block 0's
+  input needs no gradient (nothing below it trains), so its q/k/v input gradients and dK are
+  not computed. The patch embedding has no backward; the projection needs its input gradient.
   """
   d, m, t, r = v.hidden, v.mlp_width, v.tokens, rank
-  total = embed_flops(v, 1) + 2 * d * v.proj  # forward; projection input gradient
+  per_image = embed_flops(v, 1) + 2 * d * v.proj  # forward; projection input gradient
+  per_step = 0
   for i in range(v.layers):
     tq = 1 if i == v.layers - 1 else t
-    total += 4 * tq * d * r + 4 * t * d * r  # adapter forward: q (tq tokens), v (t tokens)
     bwd = 4 * tq * d * m + 2 * tq * d * d  # MLP and out_proj input gradients
-    if i == 0:
-      bwd += 6 * tq * t * d  # dP, dV, dQ
-      bwd += 6 * tq * d * r + 6 * t * d * r  # dB, d(xA), dA of q and v
-    else:
-      bwd += 8 * tq * t * d  # dP, dV, dQ, dK
+    bwd += (6 if i == 0 else 8) * tq * t * d  # dP, dV, dQ (and dK above block 0)
+    if i:
       bwd += 2 * tq * d * d + 4 * t * d * d  # q, k, v input gradients
-      bwd += 8 * tq * d * r + 8 * t * d * r  # dB, d(xA), dA, dx of q and v
-    total += bwd
-  return batch * total
+    if tq == t:  # q, k, v one group: outputs 3d, ranks 2r
+      bwd += 4 * (2 * r) * (3 * d + d) * t
+      per_step += 2 * d * (2 * r) * (3 * d)
+    else:  # q alone on tq tokens; k, v a group on t tokens (outputs 2d, rank r)
+      bwd += 4 * r * (d + d) * tq + 4 * r * (2 * d + d) * t
+      per_step += 2 * d * r * d + 2 * d * r * (2 * d)
+    per_image += bwd
+  return batch * per_image + per_step
 
 
 @dataclasses.dataclass(frozen=True)

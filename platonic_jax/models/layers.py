@@ -150,21 +150,7 @@ class Dense(nnx.Module):
 
   def __call__(self, x: jax.Array) -> jax.Array:
     """x (..., in) -> (..., out) in x's dtype."""
-    if _DENSE_TAPS:
-      _DENSE_TAPS[-1](self, x)
-    dtype = x.dtype
-    kernel = self.kernel[...].astype(dtype)
-    if self.lora_a is not None and _merges_adapter(dtype):
-      y = _adapted_matmul(x, kernel, self.lora_a[...].astype(dtype),
-                          self.lora_b[...].astype(dtype) * jnp.asarray(self.lora_scale, dtype))
-    else:
-      y = x @ kernel
-    if self.bias is not None:
-      y = y + self.bias[...].astype(dtype)
-    if self.lora_a is not None and not _merges_adapter(dtype):
-      y = y + ((x @ self.lora_a[...].astype(dtype)) @ self.lora_b[...].astype(dtype)) * jnp.asarray(
-          self.lora_scale, dtype)
-    return y
+    return fused_dense((self,), x)[0]  # one layer: the same sums, adapter included
 
 
 def fused_dense(layers, x: jax.Array) -> tuple[jax.Array, ...]:
@@ -188,10 +174,11 @@ def fused_dense(layers, x: jax.Array) -> tuple[jax.Array, ...]:
   kernel = jnp.concatenate([m.kernel[...] for m in layers], axis=1).astype(dtype)
   adapted = [m for m in layers if m.lora_a is not None]
   merge = bool(adapted) and _merges_adapter(dtype)
+  if adapted:
+    a = jnp.concatenate([m.lora_a[...] for m in adapted], axis=1).astype(dtype)
   if merge:
     # b: (sum of ranks, sum of outputs), each adapter's scaled lora_b in its own rows and in
     # its layer's columns, zeros elsewhere, so that a @ b is each update in its kernel block.
-    a = jnp.concatenate([m.lora_a[...] for m in adapted], axis=1).astype(dtype)
     b = jnp.concatenate([
         jnp.concatenate([
             m.lora_b[...].astype(dtype) * jnp.asarray(m.lora_scale, dtype) if n is m
@@ -202,7 +189,6 @@ def fused_dense(layers, x: jax.Array) -> tuple[jax.Array, ...]:
     y = x @ kernel
   outs = jax.lax.split(y, [m.out_features for m in layers], axis=-1)
   if adapted and not merge:
-    a = jnp.concatenate([m.lora_a[...] for m in adapted], axis=1).astype(dtype)
     low = iter(jax.lax.split(x @ a, [m.lora_a.shape[-1] for m in adapted], axis=-1))
   res = []
   for m, o in zip(layers, outs):

@@ -315,13 +315,15 @@ def _sdpa_bwd(res, dout):
   # The gradient autodiff would form, written out so that every product is a plain batched
   # matmul in the (B, H, T, hd) layout: with p = e / l, dv = p^T dout, dp = dout v^T,
   # ds = p * (dp - rowsum(dp * p)), dq = ds k, dk = ds^T q; rowsum(dp * p) is
-  # rowsum(dout * out) (out = p v), a sum over hd instead of over the T keys.
+  # rowsum(dout * out) (out = p v), a sum over hd instead of over the T keys. As in the forward,
+  # p is never formed: 1 / l scales the (B, H, Tq, hd) dout for dv = e^T (dout / l) and is folded
+  # into the fusion that forms ds, which saves a pass over the (B, H, Tq, T) scores per layer.
   q, k, v, e, l, out32, bias_shape = res
   dtype = q.dtype
-  p = e * (1.0 / l)
-  dv = jnp.einsum("bhqk,bhqd->bhkd", p.astype(dtype), dout)
+  inv_l = 1.0 / l
+  dv = jnp.einsum("bhqk,bhqd->bhkd", e.astype(dtype), (dout * inv_l).astype(dtype))
   dp = jnp.einsum("bhqd,bhkd->bhqk", dout, v, preferred_element_type=jnp.float32)
-  ds = p * (dp - jnp.sum(dout.astype(jnp.float32) * out32, axis=-1, keepdims=True))
+  ds = e * ((dp - jnp.sum(dout.astype(jnp.float32) * out32, axis=-1, keepdims=True)) * inv_l)
   dq = jnp.einsum("bhqk,bhkd->bhqd", ds.astype(dtype), k)
   dk = jnp.einsum("bhqk,bhqd->bhkd", ds.astype(dtype), q)
   dbias = None if bias_shape is None else _sum_to(ds, bias_shape)

@@ -8,7 +8,7 @@ glibc reads ``GLIBC_TUNABLES`` at start-up only, so a launcher that wants them c
 * ``KEEP_MEMORY``: one arena, no separate mmap of large blocks, no trimming: freed memory stays
   in the process and the next step or program reuses pages that are already mapped. On the
   development VM, memory free for about two seconds goes back to the host and costs ~2.5 ms per
-  2 MB page to fault in again (measurements in ``experiments/bench_lora.py``).
+  2 MB page to fault in again (measurements in ``experiments/bench/lora.py``).
 """
 
 from __future__ import annotations

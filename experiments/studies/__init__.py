@@ -1,6 +1,6 @@
 """One-off analyses: each a launcher that answered one question about the method or the worlds
 (what it measured is on its page under ``docs/results/``), kept runnable but no part of the
-suite (``experiments.main`` with a table config) or of the benchmarks (``experiments/bench_*``).
+suite (``experiments.main`` with a table config) or of the benchmarks (``experiments/bench/``).
 
     python -m experiments.studies.transfer_anatomy         where a cross-model transfer loses
     python -m experiments.studies.strength_frontier        task gain against the controls' cost

@@ -6,7 +6,7 @@ Gram does not."""
 import numpy as np
 import pytest
 
-from experiments.bench_common import cone_problem, ridge_reference
+from experiments.bench.common import cone_problem, ridge_reference
 from platonic_jax.core import select, solve
 
 RANK = 32

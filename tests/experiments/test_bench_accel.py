@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from experiments import bench_accel, flops
+from experiments.bench import accel, flops
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_tiny_command_runs_every_workload(tmp_path):
   out = tmp_path / "accel.json"
   env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-  proc = subprocess.run([sys.executable, "-m", "experiments.bench_accel", "--tiny",
+  proc = subprocess.run([sys.executable, "-m", "experiments.bench.accel", "--tiny",
                          f"--json={out}"], cwd=ROOT, env=env, capture_output=True, text=True,
                         timeout=600)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -43,7 +43,7 @@ def test_tiny_command_runs_every_workload(tmp_path):
 
 
 def _tiny_clip(v):
-  return bench_accel.random_clip(v).module
+  return accel.random_clip(v).module
 
 
 # A matmul-dominated shape, so that XLA's count (which adds elementwise work) is close.
@@ -83,7 +83,7 @@ def test_sweep_flops_match_xla_count():
   from platonic_jax.core import solve
   s = flops.Sweep(targets=1, classes=(40,), caps=(4, 8, 16), ridges=3, sources=3, probes=200,
                   dim=256)
-  (Z, G, Us), = bench_accel.sweep_data(s)
+  (Z, G, Us), = accel.sweep_data(s)
   want = flops.sweep_flops(s)
   # The default route factors in float64 on the host; XLA counts the same factorisation, run in
   # float32 under jit ("eigh").
@@ -115,11 +115,11 @@ def test_paper_sweep_is_the_issue_scale():
     ("TPU v6 lite", "TPU v6e"),
 ])
 def test_peak_table_reads_device_kinds(kind, name):
-  assert bench_accel.lookup_peak(kind)[0] == name
+  assert accel.lookup_peak(kind)[0] == name
 
 
 def test_unknown_device_has_no_peak():
-  assert bench_accel.lookup_peak("Some Future Chip") is None
+  assert accel.lookup_peak("Some Future Chip") is None
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -128,4 +128,4 @@ def test_unknown_device_has_no_peak():
 ])
 def test_bad_selection_is_refused(kw, match):
   with pytest.raises(ValueError, match=match):
-    bench_accel.run(bench_accel.tiny_config(), **kw)
+    accel.run(accel.tiny_config(), **kw)

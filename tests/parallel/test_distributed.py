@@ -167,14 +167,14 @@ def test_every_launcher_takes_the_start_up_flags_and_starts_first():
       with open(os.path.join(dirpath, f), encoding="utf-8") as fh:
         src = fh.read()
       if "app.run(main)" in src:
-        launchers.append(f)
+        launchers.append(os.path.relpath(os.path.join(dirpath, f), base))
         tree = ast.parse(src)
         calls = {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
         assert "launch.define_distributed_flags" in calls, f
         main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
         body = ast.unparse(main)  # a study launcher joins them through launch.start_study
         assert "launch.start_distributed()" in body or "launch.start_study(" in body, f
-  assert "main.py" in launchers and "bench_embed.py" in launchers and len(launchers) >= 10
+  assert "main.py" in launchers and "bench/embed.py" in launchers and len(launchers) >= 10
 
 
 def test_one_process_feeds_every_row_of_a_batch():

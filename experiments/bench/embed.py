@@ -1,11 +1,11 @@
 """Benchmark: image embedding throughput of this project vs transformers (PyTorch), same weights.
 
-    python -m experiments.bench_embed                        # ViT-B/16, batches 8 and 32, fp32
-    python -m experiments.bench_embed --layers=2 --iters=2   # quick
+    python -m experiments.bench.embed                        # ViT-B/16, batches 8 and 32, fp32
+    python -m experiments.bench.embed --layers=2 --iters=2   # quick
 
 Builds a random ViT-B/16-shaped CLIP in transformers-torch, saves it, loads the same weights
 here, checks that both give the same features, then times the two sides batch by batch in
-alternation (``bench_common.interleaved``: load from other processes hits both alike) and prints,
+alternation (``common.interleaved``: load from other processes hits both alike) and prints,
 per batch size, images/s from the median batch time of each side, their ratio (wall and process
 CPU time), and the achieved GFLOP/s against fp32 matmul peaks measured in the same run. The
 first lines name the CPU, its features and the load average.
@@ -18,7 +18,8 @@ import tempfile
 
 from absl import app, flags
 
-from experiments import bench_common, launch
+from experiments import launch
+from experiments.bench import common
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("batch", ["8", "32"], "images per batch; one measurement per value")
@@ -67,7 +68,7 @@ def main(argv):
   batches = [int(b) for b in FLAGS.batch]
   threads = FLAGS.threads or os.cpu_count()
   torch.set_num_threads(threads)
-  print(bench_common.machine_line())
+  print(common.machine_line())
   cfg = CLIPConfig(
       vision_config=dict(hidden_size=FLAGS.hidden, intermediate_size=4 * FLAGS.hidden,
                          num_hidden_layers=FLAGS.layers, num_attention_heads=FLAGS.heads,
@@ -80,8 +81,8 @@ def main(argv):
   with tempfile.TemporaryDirectory() as d:
     ref.save_pretrained(d)
     ours = pj.load_model(d)
-  peak_j = bench_common.jax_matmul_peak() / 1e9
-  peak_t = bench_common.torch_matmul_peak() / 1e9
+  peak_j = common.jax_matmul_peak() / 1e9
+  peak_t = common.torch_matmul_peak() / 1e9
   print(f"jax {jax.__version__} on {jax.devices()}; torch {torch.__version__} with {threads} "
         f"intra-op threads; XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
   print(f"fp32 matmul peak (2048^3, best of 10): jnp {peak_j:.1f} GFLOP/s, torch {peak_t:.1f} "
@@ -100,17 +101,17 @@ def main(argv):
     zt = run_torch().numpy()
     zt = zt / np.linalg.norm(zt, axis=1, keepdims=True)
     err = float(np.abs(zt - run_jax()).max())
-    load = bench_common.load_average()[0]
-    t = bench_common.interleaved({"jax": run_jax, "torch": run_torch}, FLAGS.iters)
+    load = common.load_average()[0]
+    t = common.interleaved({"jax": run_jax, "torch": run_torch}, FLAGS.iters)
     flops = vit_flops(batch, FLAGS.image, FLAGS.patch, FLAGS.hidden, FLAGS.layers, 512)
     print(f"\nbatch {batch}, fp32, ViT L={FLAGS.layers} D={FLAGS.hidden} p={FLAGS.patch} "
           f"{FLAGS.image}px ({flops / batch / 1e9:.1f} GFLOP per image); max |feature diff| "
           f"jax vs torch {err:.1e}; load average {load:.1f} before, "
-          f"{bench_common.load_average()[0]:.1f} after; {FLAGS.iters} alternating batches per side")
+          f"{common.load_average()[0]:.1f} after; {FLAGS.iters} alternating batches per side")
     med = {}
     for name, label in (("jax", "platonic_jax"), ("torch", "torch       ")):
       w, c = t[name]["wall"], t[name]["cpu"]
-      med[name] = (bench_common.median(w), bench_common.median(c))
+      med[name] = (common.median(w), common.median(c))
       gf = flops / med[name][0] / 1e9
       print(f"  {label}: {batch / med[name][0]:6.2f} images/s (median {med[name][0] * 1e3:7.0f} ms, "
             f"best {min(w) * 1e3:7.0f} ms per batch; CPU {med[name][1]:6.2f} s)  {gf:6.1f} "

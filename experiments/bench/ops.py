@@ -1,11 +1,11 @@
 """Benchmark: the LoRA step's op groups one by one, XLA CPU vs PyTorch, to show which one loses.
 
-    python -m experiments.bench_ops              # ViT-B/16 at batch 16, as bench_lora
-    python -m experiments.bench_ops --tiny       # seconds (the test runs this)
+    python -m experiments.bench.ops              # ViT-B/16 at batch 16, as bench.lora
+    python -m experiments.bench.ops --tiny       # seconds (the test runs this)
 
-``experiments.bench_lora`` times a whole ViT-B/16 LoRA step. When its ratio is below 1.0x this
+``experiments.bench.lora`` times a whole ViT-B/16 LoRA step. When its ratio is below 1.0x this
 benchmark says where the time goes: it times, for the same shapes, each group of operations
-the step is made of, our side against torch's, alternating (``bench_common.interleaved``):
+the step is made of, our side against torch's, alternating (``common.interleaved``):
 
 * ``attention fwd+bwd``: one layer's multi-head attention forward and its input gradients, the
   library's implementations ("explicit": the written-out ``_sdpa`` the CPU uses; "xla":
@@ -29,7 +29,8 @@ from __future__ import annotations
 import os
 
 from absl import app, flags
-from experiments import bench_common, launch
+from experiments import launch
+from experiments.bench import common
 
 FLAGS = flags.FLAGS
 
@@ -37,7 +38,7 @@ FLAGS = flags.FLAGS
 def define_flags():
   """The launcher's flags, defined when it runs (``__main__``), not on import: the test imports
   this module beside other benchmarks whose flags have the same names."""
-  flags.DEFINE_integer("batch", 16, "images per step (bench_lora: 16)")
+  flags.DEFINE_integer("batch", 16, "images per step (bench.lora: 16)")
   flags.DEFINE_integer("tokens", 197, "tokens per image (ViT-B/16 at 224: 197)")
   flags.DEFINE_integer("hidden", 768, "width")
   flags.DEFINE_integer("heads", 12, "attention heads")
@@ -133,7 +134,7 @@ def _row(name, fn, args, torch_fn, flops, reps):
   sides = {"torch": torch_fn}
   for kern, f in compiled.items():
     sides[kern] = lambda f=f: jax.block_until_ready(f(*args))
-  timed = bench_common.interleaved(sides, reps)
+  timed = common.interleaved(sides, reps)
   ref = torch_fn()
   ref = ref if isinstance(ref, tuple) else (ref,)
   diff = 0.0
@@ -141,14 +142,14 @@ def _row(name, fn, args, torch_fn, flops, reps):
     out = f(*args)
     out = out if isinstance(out, tuple) else (out,)
     diff = max([diff] + [float(np.max(np.abs(np.asarray(a) - b))) for a, b in zip(out, ref)])
-  ms = {s: 1e3 * bench_common.median(t["wall"]) for s, t in timed.items()}
+  ms = {s: 1e3 * common.median(t["wall"]) for s, t in timed.items()}
   return name, ms.pop("torch"), ms, diff, flops
 
 
 def main(argv):
   del argv
   launch.start_distributed()  # before anything touches a JAX device
-  print(bench_common.machine_line())
+  print(common.machine_line())
   import torch
   threads = FLAGS.threads or os.cpu_count()
   torch.set_num_threads(threads)
@@ -175,7 +176,7 @@ def main(argv):
     if flops:
       line += f"   {flops / t_ms / 1e6:6.0f} / {flops / min(j_ms.values()) / 1e6:6.0f}"
     print(line)
-  print(f"load average after: {bench_common.load_average()[0]:.1f}")
+  print(f"load average after: {common.load_average()[0]:.1f}")
 
 
 if __name__ == "__main__":

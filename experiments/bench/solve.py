@@ -1,14 +1,14 @@
 """Benchmark: the closed-form sweep of this project vs a straightforward numpy per-problem loop.
 
-    python -m experiments.bench_solve                       # 64 sources, Z (2000, 768), C = 50
-    python -m experiments.bench_solve --sources=16 --baseline_sources=4   # quick
-    python -m experiments.bench_solve --routes_only          # the factorisation routes only
+    python -m experiments.bench.solve                       # 64 sources, Z (2000, 768), C = 50
+    python -m experiments.bench.solve --sources=16 --baseline_sources=4   # quick
+    python -m experiments.bench.solve --routes_only          # the factorisation routes only
 
 First, the factorisation routes side by side (`--routes`, default `eigh` today's all-float32
-route against `eigh64` the default): on the realistic problem of `bench_common.cone_problem`
+route against `eigh64` the default): on the realistic problem of `common.cone_problem`
 (`--route_n` probes, `--d`, `--route_classes` classes, rank cap `--route_rank`, spectrum
 `i^-power` for each `--route_powers`), each route's relative error of `W` against the float64
-ridge solution at every ridge, then its cost, interleaved (`bench_common.interleaved`): one
+ridge solution at every ridge, then its cost, interleaved (`common.interleaved`): one
 `solve_basis`, and one label-free selection (`select_rank_ridge`, 5 folds, so 5 bases, for
 `--route_sources` sources); the ratios eigh64 / eigh are printed.
 
@@ -36,7 +36,8 @@ import time
 import numpy as np
 from absl import app, flags
 
-from experiments import bench_common, launch
+from experiments import launch
+from experiments.bench import common
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("sources", 64, "source descriptors S")
@@ -77,8 +78,8 @@ def compare_routes():
         f"ridges {ridges}")
   worst = {}
   for power in (float(p) for p in FLAGS.route_powers):
-    Z, G, U, cos = bench_common.cone_problem(n, d, C, power=power, seed=FLAGS.seed)
-    refs = np.stack([bench_common.ridge_reference(Z, G, U, rank, r) for r in ridges])
+    Z, G, U, cos = common.cone_problem(n, d, C, power=power, seed=FLAGS.seed)
+    refs = np.stack([common.ridge_reference(Z, G, U, rank, r) for r in ridges])
     print(f"  spectrum i^-{power:g} (mean pairwise cosine {cos:.3f}): relative error of W "
           "against the float64 ridge solution per ridge")
     for route in routes:
@@ -87,7 +88,7 @@ def compare_routes():
       err = np.linalg.norm(W - refs, axis=(-2, -1)) / np.linalg.norm(refs, axis=(-2, -1))
       worst[route] = max(worst.get(route, 0.0), float(err.max()))
       print(f"    {route:>7}: " + "  ".join(f"{r:g}: {e:.1e}" for r, e in zip(ridges, err)))
-  Z, G, U, _ = bench_common.cone_problem(n, d, C, power=1.0, seed=FLAGS.seed)
+  Z, G, U, _ = common.cone_problem(n, d, C, power=1.0, seed=FLAGS.seed)
   Us = np.stack([np.roll(U, i, axis=0) for i in range(FLAGS.route_sources)])
   fns = {}
   for route in routes:
@@ -95,11 +96,11 @@ def compare_routes():
         solve.solve_basis(Z, G, method=r)))
     fns[f"selection {route}"] = (lambda r=route: select.select_rank_ridge(
         Z, G, Us, ridges=ridges, method=r))
-  times = bench_common.interleaved(fns, FLAGS.route_repeats)
+  times = common.interleaved(fns, FLAGS.route_repeats)
   base = routes[0]
   for what in ("basis", "selection"):
-    med = {r: bench_common.median(times[f"{what} {r}"]["wall"]) for r in routes}
-    cpu = {r: bench_common.median(times[f"{what} {r}"]["cpu"]) for r in routes}
+    med = {r: common.median(times[f"{what} {r}"]["wall"]) for r in routes}
+    cpu = {r: common.median(times[f"{what} {r}"]["cpu"]) for r in routes}
     desc = ("one solve_basis" if what == "basis" else
             f"select_rank_ridge, {FLAGS.route_sources} sources, 5 folds")
     print(f"  cost of {desc}: " + "; ".join(
@@ -153,7 +154,7 @@ def main(argv):
 
   from platonic_jax.core.solve import solve_basis, solve_sweep_from_basis
 
-  print(bench_common.machine_line())
+  print(common.machine_line())
   status = compare_routes()
   if FLAGS.routes_only:
     return status
@@ -163,7 +164,7 @@ def main(argv):
   Z, G, Us = make_data(S, FLAGS.n, FLAGS.d, FLAGS.classes, FLAGS.cone, FLAGS.seed)
   print(f"problem: S={S} sources, Z ({FLAGS.n}, {FLAGS.d}), U ({FLAGS.n}, {FLAGS.classes}), "
         f"{R} ranks {ranks} x {L} ridges {ridges} = {S * R * L} dense (d, d) operators, fp32")
-  print(bench_common.machine_line())
+  print(common.machine_line())
   print(f"machine: {os.cpu_count()} cores, jax {jax.__version__} on {jax.devices()[0].platform}, "
         f"numpy {np.__version__}; load average {os.getloadavg()[0]:.2f} at start")
 

@@ -1,7 +1,7 @@
 """Benchmark: one LoRA training step, this project (jitted JAX) vs transformers (PyTorch).
 
-    python -m experiments.bench_lora                        # ViT-B/16, q/v rank 16, batch 16
-    python -m experiments.bench_lora --layers=2 --steps=3   # quick
+    python -m experiments.bench.lora                        # ViT-B/16, q/v rank 16, batch 16
+    python -m experiments.bench.lora --layers=2 --steps=3   # quick
 
 Both sides train the same LoRA (rank 16 on the vision q/v projections of every block, B zero,
 AdamW, fp32, only the adapter requiring gradients) on the same random ViT-B/16-shaped CLIP
@@ -49,7 +49,8 @@ import tempfile
 import time
 
 from absl import app, flags
-from experiments import bench_common, launch, malloc_env
+from experiments import launch, malloc_env
+from experiments.bench import common
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("batch", 16, "probe images per step")
@@ -178,12 +179,12 @@ launch.define_distributed_flags()
 def main(argv):
   del argv
   # glibc reads its tunables at start-up only: run again with the settings in place.
-  malloc_env.reexec_with_tunables("experiments.bench_lora", sys.argv[1:],
+  malloc_env.reexec_with_tunables("experiments.bench.lora", sys.argv[1:],
                                   hugepages=FLAGS.hugepages, keep_memory=FLAGS.keep_memory)
   launch.start_distributed()  # after the re-exec, before anything touches a JAX device
   if FLAGS.dots != "auto":
     os.environ["PLATONIC_JAX_CPU_DOTS"] = FLAGS.dots
-  print(bench_common.machine_line())
+  print(common.machine_line())
   threads = FLAGS.threads or os.cpu_count()
   # XLA's CPU client sizes its intra-op thread pool from the visible cores (os.cpu_count());
   # torch gets the same count.

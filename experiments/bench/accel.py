@@ -1,11 +1,11 @@
 """Benchmark for any device: achieved TFLOP/s and MFU of the three hot paths on whatever backend
 JAX finds (GPU, TPU or CPU).
 
-    python -m experiments.bench_accel                  # paper scale (ViT-L/14, rank-16 LoRA,
+    python -m experiments.bench.accel                  # paper scale (ViT-L/14, rank-16 LoRA,
                                                        # 4 x 8 x 5 x 4 closed-form sweep)
-    python -m experiments.bench_accel --tiny           # tiny shapes: seconds on a CPU
-    python -m experiments.bench_accel --only=embed --attention=xla   # one path, attention forced
-    python -m experiments.bench_accel --json=/tmp/accel.json         # also write the rows
+    python -m experiments.bench.accel --tiny           # tiny shapes: seconds on a CPU
+    python -m experiments.bench.accel --only=embed --attention=xla   # one path, attention forced
+    python -m experiments.bench.accel --json=/tmp/accel.json         # also write the rows
 
 Workloads (random weights and data; only shapes matter):
 
@@ -19,7 +19,7 @@ Workloads (random weights and data; only shapes matter):
   4 targets x 8 tasks (Table 1's class counts, up to 397), 6 source descriptors each, 5 rank caps
   x 4 ridges, d = 768, 500 probes; every dense operator materialised (its norm kept).
 
-FLOPs are counted analytically (``experiments/flops.py``, matmuls only). MFU is against the
+FLOPs are counted analytically (``experiments/bench/flops.py``, matmuls only). MFU is against the
 device's peak for the precision the matmuls run at: from a table of common accelerators
 (``PEAKS``; dense, per chip), and on CPU the best fp32 / bf16 matmul rate measured at start-up.
 On NVIDIA GPUs fp32 matmuls at JAX's default precision run as TF32 (peak: the TF32 one), on
@@ -36,7 +36,8 @@ from typing import Any
 
 from absl import app, flags
 
-from experiments import bench_common, flops, launch
+from experiments import launch
+from experiments.bench import common, flops
 
 FLAGS = flags.FLAGS
 flags.DEFINE_bool("tiny", False, "tiny shapes (seconds on a CPU); what the test runs")
@@ -112,9 +113,9 @@ def device_peaks(peak_n: int) -> dict[str, Any]:
   kind = getattr(dev, "device_kind", dev.platform)
   info = {"platform": dev.platform, "kind": kind, "count": jax.device_count()}
   if dev.platform == "cpu":
-    f32 = bench_common.jax_matmul_peak("float32", n=peak_n, iters=5)
-    bf16 = bench_common.jax_matmul_peak("bfloat16", n=peak_n, iters=3)
-    info.update(name=bench_common.cpu_model(), source=f"measured jnp {peak_n}^3 matmul",
+    f32 = common.jax_matmul_peak("float32", n=peak_n, iters=5)
+    bf16 = common.jax_matmul_peak("bfloat16", n=peak_n, iters=3)
+    info.update(name=common.cpu_model(), source=f"measured jnp {peak_n}^3 matmul",
                 peaks={"bfloat16": bf16, "float32": f32, "float32_highest": f32})
     return info
   entry = lookup_peak(kind)
@@ -205,10 +206,10 @@ def bench_embed(cfg: Config, dtype: str, info) -> list[dict]:
       np.float32)
   run = lambda: embed.embed_images(model, pixels, batch_size=b, mesh=mesh, progress=False)
   run()  # compile
-  t = bench_common.interleaved({"e2e": run}, cfg.iters, warmup=0)["e2e"]["wall"]
+  t = common.interleaved({"e2e": run}, cfg.iters, warmup=0)["e2e"]["wall"]
   peak = info["peaks"]["bfloat16" if dtype == "bfloat16" else "float32"]
   n_flops = flops.embed_flops(cfg.vit, b * k)
-  rows = [_row("embed ViT (embed_images, host input)", dtype, bench_common.median(t),
+  rows = [_row("embed ViT (embed_images, host input)", dtype, common.median(t),
                "images", b * k, n_flops, peak, info["count"],
                f"batch {b}, {k} batches per call")]
   # The compiled step alone, on a batch already on the devices.
@@ -218,8 +219,8 @@ def bench_embed(cfg: Config, dtype: str, info) -> list[dict]:
   x = jax.device_put(pixels[:b], mesh_lib.batch_sharding(mesh))
   step = lambda: fn(state, x).block_until_ready()
   step()
-  t = bench_common.interleaved({"step": step}, cfg.iters * k, warmup=1)["step"]["wall"]
-  rows.append(_row("embed ViT (compiled step, device input)", dtype, bench_common.median(t),
+  t = common.interleaved({"step": step}, cfg.iters * k, warmup=1)["step"]["wall"]
+  rows.append(_row("embed ViT (compiled step, device input)", dtype, common.median(t),
                    "images", b, flops.embed_flops(cfg.vit, b), peak, info["count"],
                    f"batch {b}"))
   return rows
@@ -257,9 +258,9 @@ def bench_lora(cfg: Config, dtype: str, info) -> list[dict]:
     if not np.isfinite(float(loss)):
       raise FloatingPointError(f"LoRA step loss is {float(loss)}")
 
-  t = bench_common.interleaved({"step": step}, cfg.iters, warmup=2)["step"]["wall"]
+  t = common.interleaved({"step": step}, cfg.iters, warmup=2)["step"]["wall"]
   peak = info["peaks"]["bfloat16" if dtype == "bfloat16" else "float32"]
-  return [_row(f"LoRA step (rank {cfg.lora_rank} q/v, AdamW)", dtype, bench_common.median(t),
+  return [_row(f"LoRA step (rank {cfg.lora_rank} q/v, AdamW)", dtype, common.median(t),
                "steps", 1, flops.lora_step_flops(cfg.vit, n, cfg.lora_rank), peak, 1,
                f"batch {n}")]
 
@@ -303,8 +304,8 @@ def bench_sweep(cfg: Config, info) -> list[dict]:
   for _ in range(max(1, cfg.iters // 2)):
     times = [one(cell) for cell in cells]
     runs.append((sum(a for a, _ in times), sum(b for _, b in times)))
-  t_basis = bench_common.median([a for a, _ in runs])
-  t_ops = bench_common.median([b for _, b in runs])
+  t_basis = common.median([a for a, _ in runs])
+  t_ops = common.median([b for _, b in runs])
   f = flops.sweep_flops(s)
   peak = info["peaks"]["float32_highest"]
   n_ops = s.targets * sum(s.sources * len(s.caps_for(C)) * s.ridges for C in s.classes)
@@ -379,7 +380,7 @@ def main(argv):
   cfg = dataclasses.replace(cfg, embed_batch=FLAGS.embed_batch or cfg.embed_batch,
                             lora_batch=FLAGS.lora_batch or cfg.lora_batch,
                             iters=FLAGS.iters or cfg.iters)
-  print(bench_common.machine_line())
+  print(common.machine_line())
   print(f"jax {jax.__version__}, backend {jax.default_backend()}, devices {jax.devices()}")
   result = run(cfg, FLAGS.only, FLAGS.dtypes, FLAGS.attention)
   print(format_result(result))

@@ -17,7 +17,7 @@ import numpy as np
 
 from platonic_jax.data import registry
 from platonic_jax.data.registry import AUDIO, IMAGE, TaskSpec
-from platonic_jax.data.decoding import decode_cell, decode_audio, decode_image
+from platonic_jax.data.decoding import check_finite, decode_audio, decode_cell, decode_image
 from platonic_jax.data.errors import (ClassMismatchError, CorruptFileError, DatasetFormatError,
                                      DatasetNotFoundError)
 
@@ -138,7 +138,7 @@ class _ArraySource:
     w = w.astype(np.float32).reshape(-1)
     if self.lengths is not None:
       w = w[:int(self.lengths[row])]
-    return w, int(self.sampling_rate)
+    return check_finite(w, self.describe(row)), int(self.sampling_rate)
 
 
 def task_dir(task: str | TaskSpec, data_root: str | None = None) -> str:

@@ -49,6 +49,7 @@ from platonic_jax.embed import class_embeddings, embed_audio, embed_images, embe
 from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.convert.registry import FAMILIES
 from platonic_jax.progress import progress_enabled, set_progress
+from platonic_jax.tiny import save_tiny_checkpoint
 from platonic_jax.transfer import (Transfer, accuracy, adapt, class_head, fold, load_task,
                                    operator_for, pixels, read_descriptor, task_grid,
                                    transfer_adapter, transfer_closed_form)
@@ -58,7 +59,7 @@ SURFACE = {
     "models and embeddings": [
         "CheckpointError", "DualEncoder", "FAMILIES", "load_model", "export_hf", "embed_images",
         "embed_texts", "embed_audio", "class_embeddings", "l2_normalize", "pixels", "class_head",
-        "load_task", "accuracy"],
+        "load_task", "accuracy", "save_tiny_checkpoint"],
     "grids and descriptors": [
         "Grid", "make_grid", "task_grid", "Descriptor", "Provenance", "affinity",
         "read_descriptor"],

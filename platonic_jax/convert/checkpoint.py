@@ -28,24 +28,37 @@ class CheckpointError(ValueError):
   """A checkpoint that cannot be loaded as asked; the message names the problem."""
 
 
-def resolve(name_or_path: str) -> str:
-  """A local directory, or a hub id already in huggingface_hub's cache -> local directory."""
-  if os.path.isdir(name_or_path):
-    return os.path.abspath(name_or_path)
-  if os.path.exists(name_or_path):
+def resolve(name_or_path: str | os.PathLike) -> str:
+  """A local directory (``~`` expanded), or a hub id already in huggingface_hub's cache -> local
+  directory. CheckpointError saying how to get the checkpoint here when it is neither."""
+  name_or_path = os.fspath(name_or_path)
+  path = os.path.expanduser(name_or_path)
+  if os.path.isdir(path):
+    return os.path.abspath(path)
+  if os.path.exists(path):
     raise CheckpointError(f"{name_or_path!r} is a file, expected a checkpoint directory")
   looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
   if looks_local:
-    raise CheckpointError(f"checkpoint directory {name_or_path!r} does not exist")
+    raise CheckpointError(f"checkpoint directory {name_or_path!r} does not exist"
+                          + (f" ({path})" if path != name_or_path else ""))
   try:
     from huggingface_hub import snapshot_download
     return snapshot_download(name_or_path, local_files_only=True)
   except Exception as e:  # LocalEntryNotFoundError, validation errors of bad ids, ...
-    raise CheckpointError(
-        f"{name_or_path!r} is neither a local directory nor a hub id in the local "
-        f"huggingface_hub cache ({type(e).__name__}); this machine has no hub access: download "
-        f"it where there is network (hf download {name_or_path}) and copy the cache or the "
-        f"directory here") from None
+    raise CheckpointError(not_found_message(name_or_path, e)) from None
+
+
+def not_found_message(name: str, error: BaseException | None = None) -> str:
+  """What to do about a hub id that is not in the local huggingface_hub cache: this project
+  reads the cache only (it never downloads), so fetch it into the cache, or pass a directory."""
+  why = f" ({type(error).__name__})" if error is not None else ""
+  return (f"{name!r} is neither a local directory nor a hub id in the local huggingface_hub "
+          f"cache{why}, and platonic_jax never downloads: fetch it into the cache with "
+          f"`hf download {name}` (huggingface_hub's command) or "
+          f"huggingface_hub.snapshot_download({name!r}), here or on a machine with network "
+          "access whose cache (HF_HUB_CACHE, default ~/.cache/huggingface/hub) you then copy "
+          "here; or pass the path of a checkpoint directory. For an offline stand-in: "
+          "pj.save_tiny_checkpoint(family, out_dir)")
 
 
 def is_open_clip(directory: str) -> bool:
@@ -189,7 +202,7 @@ def write_checkpoint(out_dir: str, config: Mapping, tensors: Mapping[str, np.nda
   """
   import jax.numpy as jnp
   from safetensors.flax import save_file
-  out_dir = os.path.abspath(out_dir)
+  out_dir = os.path.abspath(os.path.expanduser(os.fspath(out_dir)))
   if os.path.exists(out_dir) and not os.path.isdir(out_dir):
     raise FileExistsError(f"export directory {out_dir} is a file")
   existing = sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else None

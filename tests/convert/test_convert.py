@@ -78,8 +78,11 @@ def test_unknown_hub_id_without_cache(monkeypatch, tmp_path):
   with pytest.raises(pj.CheckpointError, match="nor a hub id in the local huggingface_hub cache") as e:
     pj.load_model("nobody/no-such-clip")
   # current huggingface_hub ships the `hf` command, no longer `huggingface-cli`
-  assert "(hf download nobody/no-such-clip)" in str(e.value)
+  assert "`hf download nobody/no-such-clip`" in str(e.value)
+  assert "snapshot_download('nobody/no-such-clip')" in str(e.value)
   assert "huggingface-cli" not in str(e.value)
+  assert "no hub access" not in str(e.value)  # it says what to do, not what the machine reaches
+  assert "pass the path of a checkpoint directory" in str(e.value)
 
 
 def test_missing_directory():

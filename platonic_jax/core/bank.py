@@ -95,7 +95,7 @@ class OperatorBank:
   """
 
   def __init__(self, directory: str | os.PathLike):
-    self.directory = os.path.abspath(os.fspath(directory))
+    self.directory = os.path.abspath(os.path.expanduser(os.fspath(directory)))
     os.makedirs(self.directory, exist_ok=True)
     self.cleaned = self.clean_stale()
 

@@ -408,7 +408,7 @@ class Descriptor:
     on any error nothing is left behind. The JSON sidecar records the sha256 of the
     safetensors bytes, so a mismatched pair is detected on load.
     """
-    path = os.fspath(path)
+    path = os.path.expanduser(os.fspath(path))
     blob, meta = self.encode()
     text = json.dumps(meta, indent=1, sort_keys=True).encode("utf-8")
     atomic.write_files([(path, blob), (path + ".json", text)])
@@ -429,7 +429,7 @@ class Descriptor:
   @classmethod
   def load(cls, path: str | os.PathLike) -> "Descriptor":
     """Inverse of `save`."""
-    path = os.fspath(path)
+    path = os.path.expanduser(os.fspath(path))
     with open(path, "rb") as f:
       blob = f.read()
     with open(path + ".json", "r", encoding="utf-8") as f:

@@ -558,7 +558,7 @@ def save_adapter(path: str | os.PathLike, model: DualEncoder, *, overwrite: bool
 
       save_adapter("adapters/eurosat", finetune_source(model, X, y, G))   # a (in, r), b (r, out)
   """
-  path = os.path.abspath(os.fspath(path))
+  path = os.path.abspath(os.path.expanduser(os.fspath(path)))
   if os.path.exists(path) and not overwrite:
     raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
   arrays, meta = adapter_arrays(model)
@@ -587,7 +587,7 @@ def write_adapter(path: str | os.PathLike, arrays: dict, meta: dict) -> str:
   with the same adapter; the primary host writes it through Orbax's multi-process path); not
   inside ``distributed.solo()`` (RuntimeError: Orbax writes arrays from process 0 only)."""
   import orbax.checkpoint as ocp
-  path = os.path.abspath(os.fspath(path))
+  path = os.path.abspath(os.path.expanduser(os.fspath(path)))
   distributed.check_orbax_save(f"the adapter {path}")
   with distributed.staged_dir(path, replace=True, create=False) as staged:
     with _adapter_checkpointer() as ckptr:
@@ -607,7 +607,7 @@ def load_adapter(path: str | os.PathLike, model: DualEncoder) -> DualEncoder:
       ft = load_adapter("adapters/eurosat", model)   # model + the (in, r) (r, out) pairs
   """
   import orbax.checkpoint as ocp
-  path = os.path.abspath(os.fspath(path))
+  path = os.path.abspath(os.path.expanduser(os.fspath(path)))
   if not os.path.isdir(path):
     raise FileNotFoundError(f"no adapter checkpoint at {path}")
   check_no_adapter(model, "load_adapter")

@@ -81,10 +81,11 @@ def nnx_to_hf_buffers(tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray
 def export_hf(model, out_dir: str, *, overwrite: bool = False) -> str:
   """``pj.export_hf`` for CLAP (the registry's ``export_writer``): Hugging Face layout as for the
   other families (``config.json`` naming ``ClapModel``, ``model.safetensors``, tokenizer files),
-  plus the ``ClapFeatureExtractor`` ``preprocessor_config.json`` copied as is (the one
-  ``model.files`` names, else the source checkpoint's), and never an image-processor config (``load_model`` parses CLAP's feature-extractor
-  config as an image preprocessor, whose ``to_dict`` would replace it). Refuses a foreign
-  non-empty ``out_dir`` unless ``overwrite``; atomic, as ``checkpoint.write_checkpoint``."""
+  plus the file holding the ``ClapFeatureExtractor`` config copied as is under its own name
+  (``processor_config.json`` with a nested ``feature_extractor``, as transformers 5 writes it,
+  or ``preprocessor_config.json``: the one ``model.files`` names, else the source
+  checkpoint's), and never an image-processor config. Refuses a foreign non-empty ``out_dir``
+  unless ``overwrite``; atomic, as ``checkpoint.write_checkpoint``."""
   from platonic_jax.convert import hf
   tensors = hf.hf_tensors(model)
   config = dict(model.config)
@@ -99,47 +100,51 @@ def export_hf(model, out_dir: str, *, overwrite: bool = False) -> str:
     if model.tokenizer is not None:
       model.tokenizer.save_pretrained(tmp)
     if extractor is not None:
-      with open(os.path.join(tmp, audio_features.PREPROCESSOR_CONFIG), "wb") as f:
+      with open(os.path.join(tmp, os.path.basename(path)), "wb") as f:
         f.write(extractor)
 
   return checkpoint.write_checkpoint(out_dir, config, tensors, extra, overwrite=overwrite)
 
 
+# The files that can hold a ClapFeatureExtractor config, in the order transformers 5 reads them.
+EXTRACTOR_FILES = (audio_features.PROCESSOR_CONFIG, audio_features.PREPROCESSOR_CONFIG)
+
+
 def _extractor_file(model) -> str | None:
-  """The model's ``preprocessor_config.json`` holding a ``ClapFeatureExtractor`` config: the one
-  ``model.files`` names (a model built here, such as the audio world's families), else the one
-  in its checkpoint directory (``model.name``); None where there is none."""
-  name = audio_features.PREPROCESSOR_CONFIG
-  listed = (getattr(model, "files", None) or {}).get(name)
-  if listed is not None:
-    if audio_features.AudioFeatureExtractor.from_dir(os.path.dirname(listed)) is None or \
-        os.path.basename(listed) != name:
-      raise ValueError(f"model {model.name!r}: files[{name!r}] = {listed!r} is missing or not "
-                       "a ClapFeatureExtractor config")
-    return listed
+  """The file holding the model's ``ClapFeatureExtractor`` config: of the ones ``model.files``
+  names (a model built here, such as the audio world's families, or loaded by ``load_model``),
+  ``processor_config.json`` before ``preprocessor_config.json``, the first that holds one; else
+  the one of its checkpoint directory (``model.name``, ``audio_features.config_file``); None
+  where there is none. ValueError when ``model.files`` names such files but none holds one."""
+  files = getattr(model, "files", None) or {}
+  listed = {n: files[n] for n in EXTRACTOR_FILES if n in files}
+  for name, path in listed.items():
+    if (os.path.basename(path) == name and os.path.isfile(path) and
+        audio_features.AudioFeatureExtractor.from_file(path) is not None):
+      return path
+  if listed:
+    shown = ", ".join(f"files[{n!r}] = {p!r}" for n, p in listed.items())
+    raise ValueError(f"model {model.name!r}: {shown} is missing or not a ClapFeatureExtractor "
+                     "config")
   try:
     source = checkpoint.resolve(model.name)
   except checkpoint.CheckpointError:
     return None
-  return os.path.join(source, name) if audio_features.AudioFeatureExtractor.from_dir(source) \
-      is not None else None
+  return audio_features.config_file(source)
 
 
 def extractor_for(model) -> audio_features.AudioFeatureExtractor:
-  """The CLAP feature extractor of a loaded ``DualEncoder``: the ``preprocessor_config.json``
-  that ``model.files`` names, else the one of its checkpoint directory (``model.name``). Raises
-  ValueError where there is none."""
+  """The CLAP feature extractor of a loaded ``DualEncoder``: the config file ``model.files``
+  names, else the one of its checkpoint directory (``model.name``): ``processor_config.json``'s
+  nested ``feature_extractor``, else ``preprocessor_config.json``. Raises ValueError where there
+  is none."""
   path = _extractor_file(model)
   if path is not None:
-    return audio_features.AudioFeatureExtractor.from_dir(os.path.dirname(path))
+    return audio_features.AudioFeatureExtractor.from_file(path)
   try:
-    directory = checkpoint.resolve(model.name)
+    where = f"in {checkpoint.resolve(model.name)}"
   except checkpoint.CheckpointError as e:
-    directory, why = None, str(e)
-  found = audio_features.AudioFeatureExtractor.from_dir(directory) if directory else None
-  if found is None:
-    where = f"in {directory}" if directory else f"({why})"
-    raise ValueError(f"no ClapFeatureExtractor {audio_features.PREPROCESSOR_CONFIG} found for model "
-                     f"{model.name!r} {where}; pass feature_extractor=AudioFeatureExtractor(...) "
-                     "with the checkpoint's settings")
-  return found
+    where = f"({e})"
+  raise ValueError(f"no ClapFeatureExtractor config ({' or '.join(EXTRACTOR_FILES)}) found for "
+                   f"model {model.name!r} {where}; pass "
+                   "feature_extractor=AudioFeatureExtractor(...) with the checkpoint's settings")

@@ -72,9 +72,15 @@ def load_model(name_or_path: str, dtype=jnp.float32) -> DualEncoder:
                           ignore=family.ignore, dtype=np.float32)
   module = module_from_flat(family, spec, flat)
   files = {}
-  # An audio family's preprocessor_config.json describes its feature extractor, not images.
+  # An audio family's processor config describes its feature extractor, not images: the file
+  # holding it travels in ``files`` (export copies it, the fingerprint covers it).
   audio = getattr(family.module, "input_kind", "image") == "audio"
   preprocessor = None if audio else preprocess.from_dir(directory)
+  if audio:
+    from platonic_jax.models import audio_features
+    extractor = audio_features.config_file(directory)
+    if extractor is not None:
+      files[os.path.basename(extractor)] = extractor
   if preprocessor is None and family.preprocessor_from_config is not None:
     preprocessor = family.preprocessor_from_config(config)
   return DualEncoder(module=module, config=config, family=family,

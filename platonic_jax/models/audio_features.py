@@ -41,13 +41,14 @@ Shapes: ``input_features`` ``(n, C, T, F)`` float32 with ``C`` 4 (fusion) or 1, 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 PREPROCESSOR_CONFIG = "preprocessor_config.json"
+PROCESSOR_CONFIG = "processor_config.json"  # transformers 5's ClapProcessor.save_pretrained
+EXTRACTOR_KEYS = ("feature_extractor", "audio_processor")  # the extractor's entry in it
 TRUNCATIONS = ("fusion", "rand_trunc")
 PADDINGS = ("repeatpad", "repeat", "pad")
 
@@ -200,13 +201,19 @@ class AudioFeatureExtractor:
 
   @classmethod
   def from_dir(cls, directory: str) -> "AudioFeatureExtractor | None":
-    """The checkpoint directory's CLAP feature extractor, or None where it has none."""
-    path = os.path.join(directory, PREPROCESSOR_CONFIG)
-    if not os.path.isfile(path):
-      return None
-    with open(path) as f:
-      d = json.load(f)
-    if d.get("feature_extractor_type") != "ClapFeatureExtractor":
+    """The checkpoint directory's CLAP feature extractor, or None where it has none: the
+    ``feature_extractor`` nested in ``processor_config.json`` (what transformers 5's
+    ``ClapProcessor.save_pretrained`` writes), else ``preprocessor_config.json`` (see
+    ``config_file``)."""
+    path = config_file(directory)
+    return None if path is None else cls.from_file(path)
+
+  @classmethod
+  def from_file(cls, path: str) -> "AudioFeatureExtractor | None":
+    """The CLAP feature extractor of one config file (a ``processor_config.json``'s nested
+    entry, or a ``preprocessor_config.json``), or None where it holds another kind."""
+    d = _extractor_dict(path)
+    if d is None or d.get("feature_extractor_type") != "ClapFeatureExtractor":
       return None
     return cls.from_dict(d)
 
@@ -380,3 +387,33 @@ def _filters(bins: int, mels: int, fmin: float, fmax: float, sr: int, slaney: bo
     f.setflags(write=False)
     _FILTER_CACHE[key] = f
   return _FILTER_CACHE[key]
+
+
+def _extractor_dict(path: str) -> dict | None:
+  """The feature extractor config dict that the file at ``path`` holds: the entry nested under
+  ``EXTRACTOR_KEYS`` of a ``processor_config.json`` (None without one; its type taken from the
+  processor's where it names none, as transformers does), else the whole file."""
+  from platonic_jax.models.preprocess import read_json
+  d = read_json(path)
+  if os.path.basename(path) != PROCESSOR_CONFIG:
+    return d
+  for key in EXTRACTOR_KEYS:
+    if isinstance(d.get(key), dict):
+      if d.get("processor_class") == "ClapProcessor":
+        return {"feature_extractor_type": "ClapFeatureExtractor", **d[key]}
+      return d[key]
+  return None
+
+
+def config_file(directory: str) -> str | None:
+  """The file of a checkpoint directory holding its CLAP feature extractor config, by
+  transformers 5's rule (``preprocess.processor_config``): ``processor_config.json`` where it
+  nests a ``feature_extractor``, else ``preprocessor_config.json``; None where the one found
+  holds no ``ClapFeatureExtractor`` config (or neither exists)."""
+  from platonic_jax.models.preprocess import processor_config
+  found = processor_config(directory, EXTRACTOR_KEYS)
+  if found is None:
+    return None
+  d = _extractor_dict(found[0])
+  return found[0] if d is not None and d.get("feature_extractor_type") == \
+      "ClapFeatureExtractor" else None

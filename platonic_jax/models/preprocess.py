@@ -9,7 +9,10 @@ resize each image, keeping its aspect ratio, to the largest multiple of the patc
 holds at most ``max_num_patches`` patches, rescale, normalise, cut into patches and pad them to
 ``max_num_patches`` rows: ``NaflexInputs``.
 
-``from_dict`` / ``from_dir`` read either kind from a processor config.
+``from_dict`` / ``from_dir`` read either kind from a processor config: a directory's
+``processor_config.json`` (its nested ``image_processor``, as transformers 5's
+``CLIPProcessor`` / ``SiglipProcessor`` / ``Siglip2Processor.save_pretrained`` write it) or
+else its ``preprocessor_config.json``, the order transformers reads them in.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import numpy as np
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 PREPROCESSOR_CONFIG = "preprocessor_config.json"
+PROCESSOR_CONFIG = "processor_config.json"    # transformers 5's Processor.save_pretrained
+IMAGE_PROCESSOR_KEYS = ("image_processor",)   # the image processor's entry in it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,12 +351,8 @@ class NaflexPreprocessor:
                         np.asarray(shapes, np.int64))
 
 
-def _read_config(directory: str) -> dict | None:
-  """The directory's ``preprocessor_config.json`` as a dict, None without one; ValueError naming
-  the file when it is not a JSON object."""
-  path = os.path.join(directory, PREPROCESSOR_CONFIG)
-  if not os.path.isfile(path):
-    return None
+def read_json(path: str) -> dict:
+  """A JSON object from ``path``; ValueError naming the file when it is not one."""
   try:
     with open(path, encoding="utf-8") as f:
       d = json.load(f)
@@ -362,6 +363,36 @@ def _read_config(directory: str) -> dict | None:
   return d
 
 
+def processor_config(directory: str, keys: Sequence[str]) -> tuple[str, dict] | None:
+  """(path, config dict) of a checkpoint directory's image processor (``keys``
+  ``("image_processor",)``) or feature extractor (``("feature_extractor", "audio_processor")``),
+  by transformers 5's rule: the dict nested under the first of ``keys`` in
+  ``processor_config.json`` (what ``*Processor.save_pretrained`` writes), else
+  ``preprocessor_config.json`` as a whole (the older layout, and what an image processor's or
+  feature extractor's own ``save_pretrained`` writes). None where neither holds one; ValueError
+  naming the file when it is not a JSON object (or its nested entry is not one)."""
+  path = os.path.join(directory, PROCESSOR_CONFIG)
+  if os.path.isfile(path):
+    d = read_json(path)
+    for key in keys:
+      if key in d:
+        if not isinstance(d[key], dict):
+          raise ValueError(f"{path}: {key!r} holds a JSON {type(d[key]).__name__}, expected an "
+                           "object")
+        return path, d[key]
+  path = os.path.join(directory, PREPROCESSOR_CONFIG)
+  if os.path.isfile(path):
+    return path, read_json(path)
+  return None
+
+
+def _read_config(directory: str) -> dict | None:
+  """The directory's image processor config as a dict (``processor_config``), None without
+  one; ValueError naming the file when it is not a JSON object."""
+  found = processor_config(directory, IMAGE_PROCESSOR_KEYS)
+  return None if found is None else found[1]
+
+
 def from_dict(d: Mapping[str, Any]) -> "ImagePreprocessor | NaflexPreprocessor":
   """The preprocessor a processor config describes: ``NaflexPreprocessor`` for a
   ``Siglip2ImageProcessor`` config, else ``ImagePreprocessor``."""
@@ -369,7 +400,8 @@ def from_dict(d: Mapping[str, Any]) -> "ImagePreprocessor | NaflexPreprocessor":
 
 
 def from_dir(directory: str) -> "ImagePreprocessor | NaflexPreprocessor | None":
-  """``from_dict`` of the directory's ``preprocessor_config.json``; None without one."""
+  """``from_dict`` of the directory's image processor config (``processor_config.json``'s
+  nested ``image_processor``, else ``preprocessor_config.json``); None without one."""
   d = _read_config(directory)
   return None if d is None else from_dict(d)
 

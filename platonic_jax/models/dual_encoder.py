@@ -6,6 +6,8 @@ import copy
 import dataclasses
 import hashlib
 import json
+import os
+import weakref
 from typing import Any, Sequence
 
 import jax
@@ -14,6 +16,46 @@ import numpy as np
 from flax import nnx
 
 from platonic_jax.models.preprocess import ImagePreprocessor, NaflexPreprocessor
+
+
+# Tokenizer content digests, kept per tokenizer object (hashing a 256k vocabulary takes ~0.1 s).
+_TOKENIZER_DIGESTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_TOKENIZER_SETTINGS = ("model_max_length", "padding_side", "truncation_side", "do_lower_case",
+                       "add_bos_token", "add_eos_token", "add_prefix_space")
+
+
+def tokenizer_digest(tokenizer) -> str:
+  """A hash of what a tokenizer does, independent of where its files live: a fast tokenizer's
+  serialised pipeline (its ``tokenizer.json``: vocabulary, merges, normalizer, pre-tokenizer,
+  post-processor, added tokens), else its vocabulary (and a sentencepiece model's bytes), plus
+  its special tokens and the settings in ``_TOKENIZER_SETTINGS`` (``tokenizer_config.json``).
+  A tokenizer saved with ``save_pretrained`` and loaded back gets the same digest."""
+  key = len(tokenizer)
+  try:
+    cached = _TOKENIZER_DIGESTS.get(tokenizer)
+  except TypeError:  # not weak-referenceable
+    cached = None
+  if cached is not None and cached[0] == key:
+    vocab = cached[1]
+  else:
+    h = hashlib.sha256()
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+      h.update(backend.to_str().encode())
+    else:
+      h.update(json.dumps(sorted(tokenizer.get_vocab().items())).encode())
+      sp = getattr(tokenizer, "sp_model", None)
+      if sp is not None and hasattr(sp, "serialized_model_proto"):
+        h.update(sp.serialized_model_proto())
+    vocab = h.hexdigest()
+    try:
+      _TOKENIZER_DIGESTS[tokenizer] = (key, vocab)
+    except TypeError:
+      pass
+  settings = {k: getattr(tokenizer, k, None) for k in _TOKENIZER_SETTINGS}
+  settings["special_tokens"] = getattr(tokenizer, "special_tokens_map", None)
+  return hashlib.sha256((vocab + json.dumps(settings, sort_keys=True, default=str)).encode()
+                        ).hexdigest()
 
 
 @dataclasses.dataclass
@@ -39,10 +81,13 @@ class DualEncoder:
 
   # ---- identity -------------------------------------------------------------------------
   def fingerprint(self) -> str:
-    """A content hash of the config and weights (the edit point in full, a sample of the rest).
+    """A content hash of what determines the model's embeddings: the config, the weights (the
+    edit point in full, a sample of the rest), and its inputs' settings (``inputs_digest``: the
+    image preprocessor, the audio feature extractor config, the tokenizer).
 
-    Two models with different weights at any sampled place get different fingerprints; the
-    operator bank uses it to refuse applying operators to a model they were not solved for.
+    Two models with different weights at any sampled place, or different preprocessing or
+    tokenization, get different fingerprints; the operator bank uses it to refuse applying
+    operators to a model they were not solved for, and the caches key embeddings by it.
     """
     h = hashlib.sha256(json.dumps(self.config, sort_keys=True, default=str).encode())
     flat = {tuple(k.key if hasattr(k, "key") else k.idx for k in path): leaf for path, leaf in
@@ -53,7 +98,38 @@ class DualEncoder:
       a = np.asarray(flat[path], np.float32)
       h.update(str(path).encode() + str(a.shape).encode())
       h.update(a.tobytes() if path[:len(edit)] == edit else a.reshape(-1)[:256].tobytes())
+    h.update(self.inputs_digest().encode())
     return h.hexdigest()
+
+  def inputs_digest(self) -> str:
+    """A hash of the settings that turn raw inputs into the module's inputs: the image
+    preprocessor's fields (from ``preprocessor_config.json`` / ``processor_config.json``), the
+    CLAP feature extractor config that ``files`` names (parsed, so the two file layouts of one
+    config agree), and the tokenizer (``tokenizer_digest``). Reads no weights; the tokenizer's
+    vocabulary is hashed once per tokenizer object."""
+    parts: dict[str, Any] = {}
+    if self.preprocessor is not None:
+      parts["preprocessor"] = [type(self.preprocessor).__name__,
+                               dataclasses.asdict(self.preprocessor)]
+    extractor = self.feature_extractor_config()
+    if extractor is not None:
+      parts["feature_extractor"] = extractor
+    if self.tokenizer is not None:
+      parts["tokenizer"] = tokenizer_digest(self.tokenizer)
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+  def feature_extractor_config(self) -> dict | None:
+    """The CLAP feature extractor config of the file ``files`` names
+    (``processor_config.json``'s nested entry before ``preprocessor_config.json``, as
+    transformers reads them), as a dict of ``AudioFeatureExtractor`` fields; None without one."""
+    from platonic_jax.models import audio_features as af
+    for name in (af.PROCESSOR_CONFIG, af.PREPROCESSOR_CONFIG):
+      path = (self.files or {}).get(name)
+      if path and os.path.isfile(path):
+        found = af.AudioFeatureExtractor.from_file(path)
+        if found is not None:
+          return dataclasses.asdict(found)
+    return None
 
   @property
   def target_id(self) -> str:

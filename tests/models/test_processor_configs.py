@@ -173,3 +173,12 @@ def test_clap_checkpoint_saved_by_transformers5_embeds_exports_and_reloads(tmp_p
                                                      settings["hop_length"])
   again = pj.load_model(out)
   assert clap_convert.extractor_for(again) == AudioFeatureExtractor(**settings)
+  fp = model.fingerprint()
+  assert again.fingerprint() == fp
+  # the fingerprint covers the extractor config: a changed hop length is another model
+  with open(d / PROCESSOR_CONFIG) as f:
+    cfg = json.load(f)
+  cfg["feature_extractor"]["hop_length"] = 40
+  with open(d / PROCESSOR_CONFIG, "w") as f:
+    json.dump(cfg, f)
+  assert pj.load_model(str(d)).fingerprint() != fp

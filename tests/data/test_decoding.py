@@ -2,7 +2,6 @@
 the file and mode where no range can be assumed), float WAV, NaN / inf audio as a corrupt file
 (so ``skip_corrupt`` drops it), a truncated WAV read with a warning; real files in tmp_path."""
 
-import io
 import os
 import struct
 import warnings

@@ -26,7 +26,7 @@ def main(config, workdir: str | None, log: Callable[[str], None] = print,
          world=None) -> tables.Outcome:
   """The launcher's half (``experiments.main``): compilation cache, run, report (or the
   module's own outputs' listing). world: an already built toy world to reuse (tests)."""
-  from platonic_jax.sweep import check_writable_dir
+  from platonic_jax.engine.sweep import check_writable_dir
 
   from experiments.launch import use_compilation_cache, where
   module = tables.get(config.experiment)  # an unknown experiment fails before anything loads

@@ -34,9 +34,8 @@ import numpy as np
 from platonic_jax import embed as embed_lib
 from platonic_jax.core import adapter as adapter_lib
 from platonic_jax.core import fold as fold_lib
-from platonic_jax.core import head_edit
+from platonic_jax.core import head_edit, routes
 from platonic_jax.core import select as select_lib
-from platonic_jax.core import solve as solve_lib
 from platonic_jax.core import train
 from platonic_jax.core.analysis import calibration_factor
 from platonic_jax.core.descriptor import Descriptor, Provenance
@@ -245,20 +244,9 @@ def operator_for(target: DualEncoder, descriptor: Descriptor, probes, *, rank: i
   target_id = target.target_id
   head = getattr(target.family, "edit_kind", "affine") == "head"
   Hh = head_edit.head_features(target, X)[1] if head else None
-  selection = None
-  if rank is None or ridge is None:
-    selection = select_lib.select_rank_ridge(
-        Z, G, term.U, ranks=None if rank is None else (rank,),
-        ridges=tuple(ridges) if ridge is None else (ridge,), folds=folds, seed=seed, rule=rule,
-        include_ceiling=include_ceiling, regressor=Hh)
-    rank, ridge = selection.rank, selection.ridge
-  if not head:
-    op = Operator.solve(Z, G, descriptor, target_id=target_id, rank=rank, ridge=ridge)
-    return dataclasses.replace(op, selection=selection)
-  dK = solve_lib.solve_head_delta(Hh, G, term.U, rank=rank, ridge=ridge)
-  return Operator(W=dK, grid=term.grid, target_id=target_id, source=term.source_id,
-                  provenance=term.provenance, rank=int(rank), ridge=float(ridge),
-                  selection=selection)
+  return routes.solve_operators(Z, G, [term], target_id=target_id, Hh=Hh, rank=rank,
+                                ridge=ridge, ridges=ridges, folds=folds, seed=seed, rule=rule,
+                                include_ceiling=include_ceiling)[0]
 
 
 def fold(model: DualEncoder, terms) -> DualEncoder:
@@ -453,7 +441,7 @@ def load_task(name: str, root: str | None = None, *, n_probes: int = 500, seed: 
       grid = pj.task_grid(eurosat)               # (500, 10)
   """
   from platonic_jax.data import loaders, registry
-  from platonic_jax.study import TaskData
+  from platonic_jax.engine import TaskData
   for what, v, low in (("n_probes", n_probes, 1), ("max_train", max_train, 0),
                        ("max_test", max_test, 0)):
     check_int(what, v, low)

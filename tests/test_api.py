@@ -21,7 +21,8 @@ import platonic_jax as pj
 from experiments.configs import toy_world
 from platonic_jax.convert import hf as hf_convert
 from platonic_jax.core import head_edit
-from platonic_jax.data.toyworld import captions, tasks as toy_tasks, world as toy_world_lib
+from platonic_jax.data.toyworld import captions, tasks as toy_tasks
+from platonic_jax.worlds import image as toy_world_lib
 from platonic_jax.convert.registry import family_for_config
 
 # The acceptance list of the issue, and the rest of the surface by group.
@@ -305,3 +306,20 @@ def test_load_task_refuses_what_it_cannot_read(tmp_path):
     pj.load_task("eurosat", str(tmp_path), n_probes=0)
   with pytest.raises(ValueError, match="max_test must be an integer >= 0"):
     pj.load_task("eurosat", str(tmp_path), max_test=-1)
+
+
+def test_the_api_solves_through_the_one_route_solve(toy, monkeypatch):
+  """``pj.transfer_closed_form`` (and ``pj.operator_for``) select and solve through
+  ``core.routes.solve_operators``, the path the engine takes too: patched, every solve is seen
+  there, for the affine target and for the residual-head one."""
+  from platonic_jax.core import routes
+  calls, real = [], routes.solve_operators
+
+  def spy(*args, **kw):
+    calls.append(kw.get("Hh") is not None)
+    return real(*args, **kw)
+  monkeypatch.setattr(routes, "solve_operators", spy)
+  for target in (toy["clip"], toy["siglip"]):
+    pj.transfer_closed_form(toy["siglip"], toy["ft"], target, toy["grid"], toy["probes"],
+                            strength=0.5, folds=3)
+  assert calls == [False, True]  # W (d, d) for CLIP, the head edit dK (m, d) for SigLIP

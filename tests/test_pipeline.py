@@ -14,7 +14,7 @@ from platonic_jax.core.descriptor import Descriptor, Provenance
 from platonic_jax.core.grid import make_grid
 from platonic_jax.core.operator import Operator
 from platonic_jax.core.select import select_rank_ridge
-from platonic_jax.study import Source, Study, TaskEmbeddings
+from platonic_jax.engine import Source, Study, TaskEmbeddings
 
 DIMS = {"a": 6, "b": 8, "c": 5}  # three families with different embedding widths
 N, C = 40, 4

@@ -1,15 +1,16 @@
-"""Unit tests of the engine (``platonic_jax.study``) that need no model: its checks, its cache
+"""Unit tests of the engine (``platonic_jax.engine``) that need no model: its checks, its cache
 root, the operators it caches in memory and in its bank, and the study a config describes.
 (Descriptors, the consensus and the random-UTD draws are tested in tests/test_pipeline.py on the
 same synthetic study.)"""
 
+import os
 import types
 
 import ml_collections
 import numpy as np
 import pytest
 
-from platonic_jax import study as study_lib
+from platonic_jax import engine as study_lib
 from platonic_jax.core.analysis import CONSENSUS
 from tests.test_pipeline import _world
 
@@ -138,3 +139,45 @@ def test_from_config_refuses_an_unknown_source_and_a_world_of_another_config(tmp
   c.data.families = ("clip-a", "clip-z")
   with pytest.raises(ValueError, match=r"families \['clip-a', 'clip-z'\] are not in the world"):
     study_lib.from_config(c, world=world)
+
+
+def test_the_engine_solves_through_the_one_route_solve(tmp_path, monkeypatch):
+  """The engine's operators (a batched selection per request) and its fixed-pair re-solves go
+  through ``core.routes.solve_operators``, the one select-then-solve path."""
+  from platonic_jax.core import routes
+  calls, real = [], routes.solve_operators
+
+  def spy(Z, G, terms, **kw):
+    calls.append((len(terms), kw.get("pad_batch", False), kw.get("rank")))
+    return real(Z, G, terms, **kw)
+  monkeypatch.setattr(routes, "solve_operators", spy)
+  study, _, _ = _world(tmp_path, families=("a", "b"))
+  ops = study.operators("a", "t", ["b", "random~b"])
+  study.solve_at("a", "t", "b", ops["b"].rank, ops["b"].ridge)
+  assert calls == [(2, True, None), (1, False, ops["b"].rank)]
+
+
+def test_selection_and_route_solves_are_called_only_by_the_route_solve():
+  """No module of the package but ``core.routes`` (and the modules that define them, and the
+  analyses that solve at fixed pairs by definition) calls the selection or a route's solve: the
+  engine, ``transfer`` and the API gather inputs and call ``routes.solve_operators``."""
+  import ast
+  root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "platonic_jax")
+  names = {"select_rank_ridge", "solve_head_delta", "solve_operator"}
+  allowed = {"core/routes.py", "core/select.py", "core/solve.py", "core/operator.py",
+             "core/analysis.py", "core/head_edit.py", "core/__init__.py", "api.py"}
+  found = []
+  for dirpath, _, files in os.walk(root):
+    for f in files:
+      if not f.endswith(".py"):
+        continue
+      rel = os.path.relpath(os.path.join(dirpath, f), root)
+      with open(os.path.join(dirpath, f)) as fh:
+        tree = ast.parse(fh.read())
+      for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+          fn = node.func
+          name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+          if name in names and rel not in allowed:
+            found.append(f"{rel}:{node.lineno} {name}")
+  assert not found, found

@@ -56,7 +56,7 @@ def cells(study, config) -> list[dict]:
 
 
 def needs(study, config, cells) -> list[tuple]:
-  """What the cells read from the engine (``experiments.tables.prepare``): a cell's
+  """What the cells read from the engine (``platonic_jax.engine.runner.prepare``): a cell's
   ``cell_accuracies`` and the target's ceilings; an ordering's operators and ceilings."""
   out = []
   for c in cells:
@@ -76,7 +76,7 @@ def pair_terms(study, target, tasks, sources, alpha, prefix=""):
 def compute(study, config, cell) -> dict:
   if cell["kind"] == "accumulation":
     return accumulate(study, config, cell)
-  from platonic_jax.study import adapter_kwargs, cell_accuracies
+  from platonic_jax.engine import adapter_kwargs, cell_accuracies
   tg, (a, b), srcs = cell["target"], cell["tasks"], cell["sources"]
   alpha = config.alpha
   evals = [a, b] + list(study.controls)

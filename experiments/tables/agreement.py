@@ -34,7 +34,7 @@ def cells(study, config) -> list[dict]:
 
 
 def needs(study, config, cells) -> list[tuple]:
-  """What the cells read from the engine (``experiments.tables.prepare``): the target's own
+  """What the cells read from the engine (``platonic_jax.engine.runner.prepare``): the target's own
   and every candidate's operator, the family's descriptors."""
   out = []
   for c in cells:

@@ -59,7 +59,7 @@ def _subset(images, idx):
 def derived_tasks(study, product, n_probes: int, seed: int) -> list[str]:
   """Registers the product's four tasks with the study; returns their names ordered
   ``[(d0,h0), (d0,h1), (d1,h0), (d1,h1)]``."""
-  from platonic_jax.study import TaskData
+  from platonic_jax.engine import TaskData
   dom = product["domain"]
   values = dom["tasks"] if "tasks" in dom else dom["values"]
   names = [f"{product['name']}/{v}/h{h}" for v in values for h in range(2)]
@@ -134,7 +134,7 @@ def cells(study, config) -> list[dict]:
 
 
 def needs(study, config, cells) -> list[tuple]:
-  """What the cells read from the engine (``experiments.tables.prepare``): the operators of the
+  """What the cells read from the engine (``platonic_jax.engine.runner.prepare``): the operators of the
   product's four derived tasks (a same-model cell: the target's fine-tunes as well)."""
   out = []
   for c in cells:

@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from platonic_jax.engine import runner
 from platonic_jax.eval import layout
 
 SAME, CROSS, MIXED = "same_model", "cross_model", "mixed"
@@ -61,38 +62,12 @@ def mark_subset(cells: list[dict], n: int, seed: int, flag: str = "adapter",
 
 
 # What a module's ``needs(study, config, cells)`` lists: what its cells read from the engine,
-# made before the cells are computed (``experiments.tables.prepare``).
-
-
-def op(target: str, task: str, spec: str, seed: int | None = None,
-       route: str | None = None) -> tuple:
-  """A need: the operator of source spec ``spec`` for ``target`` on ``task`` (``Study.operator``'s
-  arguments; its source fine-tunes with it)."""
-  return ("operator", target, task, spec, seed, route)
-
-
-def desc(task: str, spec: str, seed: int | None = None, target: str = "") -> tuple:
-  """A need: the source fine-tunes behind the descriptor of ``spec`` on ``task``
-  (``Study.descriptor``, ``Study.source``)."""
-  return ("descriptor", target, task, spec, seed, None)
-
-
-def spec_models(study, spec: str, target: str = "") -> list[str]:
-  """The models whose source fine-tunes a descriptor spec reads (``Study.descriptor``): a model
-  name itself, ``random~<spec>[#i]`` its base spec's, ``consensus`` every model of the study but
-  ``target`` and the secondary ones, ``consensus(a,b,...)`` its members'."""
-  from platonic_jax.core.analysis import CONSENSUS
-  if spec.startswith("random~"):
-    return spec_models(study, spec[len("random~"):].split("#")[0], target)
-  if spec == CONSENSUS:
-    return [m for m in study.models if m != target and m not in study.secondary]
-  if spec.startswith("consensus(") and spec.endswith(")"):
-    return [m for m in spec[len("consensus("):-1].split(",") if m]
-  return [spec]
+# made before the cells are computed (``platonic_jax.engine.runner.prepare``).
+op, desc, spec_models = runner.op, runner.desc, runner.spec_models
 
 
 def cell_needs(target: str, tasks: Sequence[str], sources: Sequence[str]) -> list[tuple]:
-  """What ``platonic_jax.study.cell_accuracies`` reads for a cell: per task its source's
+  """What ``platonic_jax.engine.cell_accuracies`` reads for a cell: per task its source's
   operator and random-UTD control, the target's own (the oracle) when a source is another
   model, else the target's fine-tunes (weight space)."""
   oracle = any(s != target for s in sources)

@@ -67,7 +67,7 @@ def _teacher(study, source, t, sign):
 
 
 def needs(study, config, cells) -> list[tuple]:
-  """What the cells read from the engine (``experiments.tables.prepare``): the sources' and
+  """What the cells read from the engine (``platonic_jax.engine.runner.prepare``): the sources' and
   the oracle's operators (the descriptors come with them)."""
   out = []
   for c in cells:

@@ -59,7 +59,7 @@ def cells(study, config) -> list[dict]:
 
 
 def needs(study, config, cells) -> list[tuple]:
-  """What the cells read from the engine (``experiments.tables.prepare``): per task the head
+  """What the cells read from the engine (``platonic_jax.engine.runner.prepare``): per task the head
   edit's source, oracle and random-UTD operators and the embedding operator's source, as the
   cells ask for them."""
   out = []

@@ -50,7 +50,7 @@ def cells(study, config) -> list[dict]:
 
 
 def needs(study, config, cells) -> list[tuple]:
-  """What the cells read from the engine (``experiments.tables.prepare``): the references'
+  """What the cells read from the engine (``platonic_jax.engine.runner.prepare``): the references'
   oracles on the evaluation tasks, the compositions' two operators."""
   t1, t2 = config.terms
   out = []
@@ -66,7 +66,7 @@ def needs(study, config, cells) -> list[tuple]:
 
 def compute(study, config, cell) -> dict:
   from platonic_jax.core import adapter as adapter_lib
-  from platonic_jax.study import adapter_kwargs
+  from platonic_jax.engine import adapter_kwargs
   tg = cell["target"]
   t1, t2 = config.terms
   evals = list(config.eval_tasks) + [c for c in study.controls if c not in config.eval_tasks]

@@ -27,7 +27,7 @@ def cells(study, config) -> list[dict]:
 
 
 def needs(study, config, cells) -> list[tuple]:
-  """What the cells read from the engine (``experiments.tables.prepare``): the first term's
+  """What the cells read from the engine (``platonic_jax.engine.runner.prepare``): the first term's
   embedding operator and every term's descriptor."""
   out = []
   for c in cells:

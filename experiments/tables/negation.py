@@ -38,13 +38,13 @@ def cells(study, config) -> list[dict]:
 
 
 def needs(study, config, cells) -> list[tuple]:
-  """What the cells read from the engine (``experiments.tables.prepare``)."""
+  """What the cells read from the engine (``platonic_jax.engine.runner.prepare``)."""
   return [n for c in cells for n in C.cell_needs(c["target"], c["tasks"], c["sources"])]
 
 
 def compute(study, config, cell) -> dict:
   from platonic_jax.core import baselines
-  from platonic_jax.study import adapter_kwargs, cell_accuracies
+  from platonic_jax.engine import adapter_kwargs, cell_accuracies
   tg, (t,), (s,) = cell["target"], cell["tasks"], cell["sources"]
   lam = config.negation_lambda
   retained = [u for u in study.downstream if u != t] if config.get("retained", False) else []

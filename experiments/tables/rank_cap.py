@@ -24,7 +24,7 @@ def cells(study, config) -> list[dict]:
 
 
 def needs(study, config, cells) -> list[tuple]:
-  """What the cells read from the engine (``experiments.tables.prepare``)."""
+  """What the cells read from the engine (``platonic_jax.engine.runner.prepare``)."""
   return [C.op(c["target"], c["task"], c["source"]) for c in cells]
 
 

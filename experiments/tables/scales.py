@@ -50,7 +50,7 @@ def cells(study, config) -> list[dict]:
 
 
 def needs(study, config, cells) -> list[tuple]:
-  """What the cells read from the engine (``experiments.tables.prepare``)."""
+  """What the cells read from the engine (``platonic_jax.engine.runner.prepare``)."""
   return [C.op(c["target"], t, s) for c in cells for t, s in zip(c["tasks"], c["sources"])]
 
 

@@ -58,7 +58,7 @@ def cells(study, config) -> list[dict]:
 
 
 def needs(study, config, cells) -> list[tuple]:
-  """What the cells read from the engine (``experiments.tables.prepare``): each cell's two
+  """What the cells read from the engine (``platonic_jax.engine.runner.prepare``): each cell's two
   operators at its seed."""
   return [C.op(c["target"], t, s, seed=c["seed"])
           for c in cells for t, s in zip(c["tasks"], c["sources"])]

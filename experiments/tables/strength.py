@@ -39,7 +39,7 @@ def cells(study, config) -> list[dict]:
 
 
 def needs(study, config, cells) -> list[tuple]:
-  """What the cells read from the engine (``experiments.tables.prepare``)."""
+  """What the cells read from the engine (``platonic_jax.engine.runner.prepare``)."""
   out = []
   for c in cells:
     tg, tasks, srcs = c["target"], c["tasks"], c["sources"]

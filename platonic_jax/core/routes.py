@@ -136,23 +136,67 @@ def solve_edits(model, Z, G, descriptors: Sequence[Descriptor], *, Hh=None, prob
       _, Hh, _ = _head.head_features(model, probes)
     check_finite("Hh", Hh)
     H = np.asarray(Hh)
-  Us = np.stack([np.asarray(t.U) for t in terms])
+  ops = solve_operators(Z, G, terms, target_id=model.target_id, Hh=H, rank=rank, ridge=ridge,
+                        ridges=ridges, folds=folds, seed=seed, rule=rule,
+                        include_ceiling=include_ceiling, method=method)
+  return [ClosedFormEdit(route=route, operator=op) for op in ops]
+
+
+def solve_operators(Z, G, terms: Sequence[Any], *, target_id: str, Hh=None,
+                    sources: Sequence[str | None] | None = None, rank: int | None = None,
+                    ridge: float | None = None,
+                    ridges: Sequence[float] = _select.DEFAULT_RIDGES, folds: int = 5,
+                    seed: int = 0, rule: str = "min", include_ceiling: bool = False,
+                    method: str = _solve.DEFAULT_METHOD,
+                    pad_batch: bool = False) -> list[Operator]:
+  """The one closed-form solve path: select ``(rank, ridge)`` label-free for every term (one
+  batched selection), then solve each term's edit at its pair. Every caller (``solve_edits``,
+  the engine's operators, ``pj.operator_for``) comes through here.
+
+  Args:
+    Z: ``(n, d)`` the target's pre-trained probe embeddings; G: ``(C, d)`` its class embeddings.
+    terms: one-term descriptors' terms (``Descriptor.only``) on one grid, ``U (n, C)`` each.
+    target_id: recorded on every Operator.
+    Hh: ``(n, m)`` the residual head's features of the probes: given, each edit is the head
+      edit ``dK (m, d)`` (``solve.solve_head_delta``, selected through the edited head);
+      None, ``W (d, d)`` on ``Z`` (``solve.solve_operator``; "fold" and
+      "embedding_operator").
+    sources: the Operators' source ids (default: each term's ``source_id``).
+    rank, ridge: fixed values (each given one restricts the selection to it).
+    ridges, folds, seed, rule, include_ceiling, method: ``select.select_rank_ridge``'s.
+    pad_batch: pad the selection's batch of terms to a power of two (at least 4, repeating the
+      last) so selections of different sizes share compiled programs; the padding's results
+      are dropped.
+  Returns:
+    ``[Operator]``, one per term, in order, each with its ``Selection`` (None when both rank
+    and ridge were given).
+  """
+  terms = list(terms)
+  if not terms:
+    raise ValueError("no descriptor terms to solve")
+  sources = [None] * len(terms) if sources is None else list(sources)
+  if len(sources) != len(terms):
+    raise ValueError(f"{len(sources)} source ids for {len(terms)} terms")
+  H = None if Hh is None else np.asarray(Hh)
+  Us = [np.asarray(t.U) for t in terms]
+  if pad_batch:
+    Us += Us[-1:] * (max(4, 1 << (len(Us) - 1).bit_length()) - len(Us))
   sels = [None] * len(terms)
   if rank is None or ridge is None:
     sels = _select.select_rank_ridge(
-        Z, G, Us, ranks=None if rank is None else (rank,),
+        Z, G, np.stack(Us), ranks=None if rank is None else (rank,),
         ridges=tuple(ridges) if ridge is None else (ridge,), folds=folds, seed=seed, rule=rule,
-        include_ceiling=include_ceiling, method=method, regressor=H)
+        include_ceiling=include_ceiling, method=method, regressor=H)[:len(terms)]
   out = []
-  for t, sel in zip(terms, sels):
+  for t, sel, src in zip(terms, sels, sources):
     r, lam = (rank, ridge) if sel is None else (sel.rank, sel.ridge)
     if H is None:
       M = _solve.solve_operator(Z, G, t.U, rank=r, ridge=lam, method=method)
     else:
       M = _solve.solve_head_delta(H, G, t.U, rank=r, ridge=lam, method=method)
-    op = Operator(W=M, grid=t.grid, target_id=model.target_id, source=t.source_id,
-                  provenance=t.provenance, rank=int(r), ridge=float(lam), selection=sel)
-    out.append(ClosedFormEdit(route=route, operator=op))
+    out.append(Operator(W=M, grid=t.grid, target_id=target_id, source=src or t.source_id,
+                        provenance=t.provenance, rank=int(r), ridge=float(lam),
+                        selection=sel))
   return out
 
 
@@ -188,12 +232,14 @@ def edited_model(model, terms: Sequence[tuple[ClosedFormEdit, float]]):
   return _fold_affine(model, ops)
 
 
-def edited_embeddings(Z, terms: Sequence[tuple[ClosedFormEdit, float]], *, Hh=None):
+def edited_embeddings(Z, terms: Sequence[tuple[ClosedFormEdit, float]], *, Hh=None,
+                      target_id: str | None = None):
   """The normalised image embeddings the edit predicts, ``(n, d)``.
 
   Z: ``(n, d)`` the pre-trained target's embeddings of the images. "fold" and
   "embedding_operator": ``normalise(Z (I + sum s W))``. "head_edit" (needs ``Hh (n, m)`` of the
   same images): ``normalise(zhat + Hh sum s dK)``, which is what the folded model embeds.
+  target_id: if given, every head edit must have been solved for it.
   """
   route, ops = _route_of(terms)
   check_finite("Z", Z)
@@ -203,4 +249,4 @@ def edited_embeddings(Z, terms: Sequence[tuple[ClosedFormEdit, float]], *, Hh=No
   if Hh is None:
     raise ValueError("the head_edit route predicts embeddings from the head's features: "
                      "pass Hh (n, m) of the same images")
-  return _head.edited_embeddings(Z, Hh, ops)
+  return _head.edited_embeddings(Z, Hh, ops, target_id=target_id)

@@ -14,7 +14,7 @@ order differs between processes (``Study.sources`` embeds before its threads sta
 Helpers for dividing work and writing results once: ``process_index``/``process_count``/
 ``is_primary``, ``barrier``, ``assign`` (a deterministic balanced assignment of items to
 processes), ``shard_path``/``merge_jsonl`` (per-process results shards merged by the primary
-process; ``platonic_jax.sweep.divided_sweep`` runs a sweep so), ``broadcast_str``, ``agree``,
+process; ``platonic_jax.engine.sweep.divided_sweep`` runs a sweep so), ``broadcast_str``, ``agree``,
 ``check_same`` and ``allgather_rows``.
 
 A partitioned stage (``Study.sources``, ``Study.operators_many``, the cells of the main job and

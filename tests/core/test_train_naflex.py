@@ -260,7 +260,7 @@ def test_study_embeds_in_memory_naflex_inputs(naflex, tmp_path):
   """A study whose tasks hold NaflexInputs (preprocessed for the NaFlex model) or PIL images
   keeps them as NaflexInputs, embeds the distinct sets in one run (``study.embed_unique``
   joins them) equal to embedding each alone (1e-5), and caches them by content."""
-  from platonic_jax.study import Study, TaskData, embed_unique
+  from platonic_jax.engine import Study, TaskData, embed_unique
   model, x, labels, _ = naflex
   parts = [x[:5], x[5:12], x[:5]]
   got = embed_unique(model, parts)

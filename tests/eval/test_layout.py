@@ -134,7 +134,7 @@ def test_table2_audio_variant_reads_the_other_tasks_as_retained(monkeypatch):
   variants carry no such field (their config hash is unchanged) and evaluate as before."""
   from experiments.configs import table2_negation
   from experiments.tables import negation
-  from platonic_jax import study as study_lib
+  from platonic_jax import engine as study_lib
 
   class Study:
     downstream, controls = ("a", "b", "d"), ("c",)

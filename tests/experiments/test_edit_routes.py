@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import platonic_jax as pj
-from platonic_jax import study as study_lib
+from platonic_jax import engine as study_lib
 from platonic_jax.core import routes
 from platonic_jax.core.select import select_rank_ridge
 from platonic_jax.core.solve import solve_head_delta
@@ -170,7 +170,7 @@ def test_every_toy_family_scores_as_its_edited_model(family, tmp_path):
   closed-form scoring on its route equals the forward of the model with the edit folded in to
   1e-5, at +0.5 and -1 (the fold for the CLIP families, the head edit for the SigLIP one)."""
   from experiments.configs import toy_world
-  from platonic_jax.data.toyworld import world as world_lib
+  from platonic_jax import worlds as world_lib
   from tests.core.test_head_edit import _random_model
   config = toy_world.get_config()
   model = _random_model(world_lib.hf_config(config.to_dict(), family), 0)

@@ -6,8 +6,8 @@ import tempfile
 import pytest
 
 from experiments import launch, suite, tables
-from platonic_jax import sweep
-from platonic_jax import study as study_lib
+from platonic_jax.engine import sweep
+from platonic_jax import engine as study_lib
 from tests.experiments.conftest import load_config
 from tests.experiments.test_suite import CONFIGS as SUITE
 

@@ -39,7 +39,7 @@ def test_the_notebook_runs_top_to_bottom(micro, monkeypatch, tmp_path):
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
   monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebook exports into a temporary dir
   # the kernel's compiled programs: the session's (tests/conftest.py), as a launcher's would be
-  from platonic_jax.study import compilation_cache_dir
+  from platonic_jax.engine import compilation_cache_dir
   monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", compilation_cache_dir(experiments_cache))
   monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
   nb = _read()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from experiments import tables
-from platonic_jax import sweep
+from platonic_jax.engine import sweep
 from platonic_jax.data import registry
 from tests.experiments.conftest import load_config
 

@@ -13,7 +13,7 @@ import pytest
 
 from experiments import report, tables
 from experiments.tables import strength
-from platonic_jax.sweep import ResultsMismatchError, read_records
+from platonic_jax.engine.sweep import ResultsMismatchError, read_records
 from tests.experiments.conftest import load_config
 
 CONFIGS = [  # (config file, experiment, a title its tables.md carries)
@@ -297,7 +297,7 @@ def test_zero_ceiling_is_recorded_as_null_and_the_sweep_and_report_complete(tmp_
 
 def test_a_template_without_one_slot_is_refused_before_anything_is_embedded(tmp_path):
   import types
-  from platonic_jax.study import Study
+  from platonic_jax.engine import Study
   good = types.SimpleNamespace(name="a", templates=("a photo of a {}.",))
   for bad in (("a photo of a thing.",), ("a {} next to a {}.",)):
     tasks = {"a": good, "b": types.SimpleNamespace(name="b", templates=("{}",) + bad)}

@@ -11,9 +11,10 @@ import ml_collections
 import numpy as np
 import pytest
 
-from platonic_jax import sweep as sweep_lib
-from platonic_jax.sweep import (EmbeddingCache, ResultsMismatchError, Sweep, cell_key, config_hash,
-                                read_records)
+from platonic_jax.engine import sweep as sweep_lib
+from platonic_jax.engine.caches import EmbeddingCache, content_hash
+from platonic_jax.engine.sweep import (ResultsMismatchError, Sweep, cell_key, config_hash,
+                                       read_records)
 
 
 def _config(**kw):
@@ -104,7 +105,7 @@ def test_duplicate_cells_and_unstorable_metrics(tmp_path):
 
 def test_embedding_cache_computes_only_missing(tmp_path):
   cache = EmbeddingCache(tmp_path / "emb")
-  keys = [sweep_lib.content_hash("k", i) for i in range(3)]
+  keys = [content_hash("k", i) for i in range(3)]
   cache.put(keys[1], np.ones((2, 3)))
   asked = []
 
@@ -120,21 +121,18 @@ def test_embedding_cache_computes_only_missing(tmp_path):
 
 def test_content_hash_sees_dtype_shape_and_bytes():
   a = np.zeros((2, 3), np.float32)
-  h = sweep_lib.content_hash(a)
-  assert h == sweep_lib.content_hash(a.copy())
-  assert h != sweep_lib.content_hash(a.reshape(3, 2))
-  assert h != sweep_lib.content_hash(a.astype(np.float64))
+  h = content_hash(a)
+  assert h == content_hash(a.copy())
+  assert h != content_hash(a.reshape(3, 2))
+  assert h != content_hash(a.astype(np.float64))
   b = a.copy()
   b[1, 2] = 1
-  assert h != sweep_lib.content_hash(b)
+  assert h != content_hash(b)
 
 
 _WORKER = """
-import importlib.util, sys, time
-spec = importlib.util.spec_from_file_location("sweep", "platonic_jax/sweep.py")
-sweep_lib = importlib.util.module_from_spec(spec)  # the module alone: no JAX import
-spec.loader.exec_module(sweep_lib)
-Sweep = sweep_lib.Sweep
+import sys, time
+from platonic_jax.engine.sweep import Sweep
 def compute(cell):
   time.sleep(float(sys.argv[2]))
   return {"square": cell["i"] ** 2, "text": "x" * 4000}

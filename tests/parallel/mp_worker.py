@@ -35,7 +35,7 @@ def main(argv):
   from platonic_jax.core import Grid, Operator
   from platonic_jax.core.bank import OperatorBank
   from platonic_jax.parallel import distributed as dist
-  from platonic_jax.sweep import EmbeddingCache
+  from platonic_jax.engine.caches import EmbeddingCache
   from tests import fixtures
 
   p = jax.process_index()

@@ -1,5 +1,5 @@
 """Reading the share line every process of a divided run ends its log with
-(``platonic_jax.sweep.share_line``), for the multi-process tests."""
+(``platonic_jax.engine.sweep.share_line``), for the multi-process tests."""
 
 import re
 

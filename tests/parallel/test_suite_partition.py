@@ -119,7 +119,7 @@ def test_another_configs_shard_or_a_bad_shard_name_is_refused_before_anything_is
     tmp_path):
   from experiments import tables
   from platonic_jax.parallel import distributed
-  from platonic_jax.sweep import ResultsMismatchError, Sweep
+  from platonic_jax.engine.sweep import ResultsMismatchError, Sweep
   from tests.experiments.conftest import load_config
   config = load_config("table2_negation")
   work = tmp_path / "work"

@@ -1,4 +1,4 @@
-"""Resumable sweeps over cells and a content-keyed embedding cache.
+"""Resumable sweeps over cells: one JSONL record per finished cell, divided over processes.
 
 A sweep enumerates *cells* (small JSON-able dicts: target, tasks, sources, ...) and appends one
 JSONL record per finished cell to a results file:
@@ -14,26 +14,20 @@ a killed sweep resumes where it stopped. Each record is written with one ``write
 again. A results file holding records of another config hash or experiment is an error, never
 a silent mix.
 
-``EmbeddingCache`` stores arrays as safetensors files named by the sha256 of what determines
-them (model fingerprint, the split's content hash, what is embedded), written atomically
-(``platonic_jax.atomic``: a unique temporary file, then a rename), so nothing is embedded twice
-across runs, and processes racing on one entry each publish a whole file.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 import tempfile
 import time
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-import numpy as np
-
-from platonic_jax import atomic, progress
+from platonic_jax import progress
+from platonic_jax.engine.caches import canonical_json, content_hash, plain
 
 # Config fields that change where, how fast or how verbosely a run works, never what it computes
 # (``workers``: source fine-tunes at once, identical for any value; ``export_cells``: extra
@@ -46,33 +40,6 @@ NON_SEMANTIC = frozenset({"workdir", "cache_dir", "compilation_cache", "log_ever
 
 class ResultsMismatchError(ValueError):
   """A results file holds records of another config (hash) or experiment."""
-
-
-def plain(obj: Any) -> Any:
-  """A JSON-able copy: dicts (sorted keys kept by dumps), lists, str, int, float (NaN/inf ->
-  None), bool, None. ConfigDicts, tuples, numpy scalars and arrays are converted."""
-  if hasattr(obj, "to_dict"):
-    obj = obj.to_dict()
-  if isinstance(obj, Mapping):
-    return {str(k): plain(v) for k, v in obj.items()}
-  if isinstance(obj, (list, tuple)):
-    return [plain(v) for v in obj]
-  if isinstance(obj, np.ndarray):
-    return [plain(v) for v in obj.tolist()]
-  if isinstance(obj, (bool, np.bool_)):
-    return bool(obj)
-  if isinstance(obj, (int, np.integer)):
-    return int(obj)
-  if isinstance(obj, (float, np.floating)):
-    f = float(obj)
-    return f if math.isfinite(f) else None
-  if obj is None or isinstance(obj, str):
-    return obj
-  raise TypeError(f"cannot store a {type(obj).__name__} in a results record: {obj!r}")
-
-
-def canonical_json(obj: Any) -> str:
-  return json.dumps(plain(obj), sort_keys=True, separators=(",", ":"))
 
 
 def _strip(obj: Any, drop: frozenset) -> Any:
@@ -188,8 +155,8 @@ class Sweep:
           log(f"  [{i + 1}/{len(todo)}] {key}  ({time.time() - t0:.1f}s)")
     return [self.done[k] for k in keys]
 
-
 # ----------------------------------------------------------------------------------------------
+
 # One sweep divided over the processes of a program (``platonic_jax.parallel.distributed``).
 
 _SHARD = re.compile(r"\.shard-(\d+)-of-(\d+)$")
@@ -287,22 +254,8 @@ def share_line(counts: Mapping[str, int], computed: Sequence[str],
           f"{counts.get('finetune', 0)} fine-tunes, {counts.get('solve', 0)} solves, "
           f"{len(computed)} cells ({sum(k in adapters for k in computed)} adapter fits)")
 
-
 # ----------------------------------------------------------------------------------------------
 # Content-keyed arrays.
-
-
-def content_hash(*parts: Any) -> str:
-  """sha256 (hex) of arrays (dtype, shape, bytes) and JSON-able parts, in order."""
-  h = hashlib.sha256()
-  for p in parts:
-    if isinstance(p, np.ndarray):
-      a = np.ascontiguousarray(p)
-      h.update(b"A" + a.dtype.str.encode() + str(a.shape).encode())
-      h.update(a.tobytes())
-    else:
-      h.update(b"J" + canonical_json(p).encode())
-  return h.hexdigest()
 
 
 def check_writable_dir(path: str | os.PathLike, what: str = "directory") -> str:
@@ -333,45 +286,3 @@ def check_writable_dir(path: str | os.PathLike, what: str = "directory") -> str:
     where = "" if base == path else f" (nothing can be created in {base!r})"
     raise ValueError(f"{what} {path!r} is not writable{where}: {e.strerror or e}") from None
   return path
-
-
-class EmbeddingCache:
-  """float32 arrays in ``directory/<key>.safetensors``; ``key`` = ``content_hash(...)`` of what
-  determines the array. Counts ``hits`` and ``misses`` (arrays computed and written)."""
-
-  def __init__(self, directory: str | os.PathLike):
-    self.directory = os.path.abspath(os.fspath(directory))
-    os.makedirs(self.directory, exist_ok=True)
-    self.hits = 0
-    self.misses = 0
-
-  def path(self, key: str) -> str:
-    return os.path.join(self.directory, key + ".safetensors")
-
-  def __contains__(self, key: str) -> bool:
-    return os.path.isfile(self.path(key))
-
-  def get(self, key: str) -> np.ndarray:
-    import safetensors.numpy
-    self.hits += 1
-    return safetensors.numpy.load_file(self.path(key))["x"]
-
-  def put(self, key: str, x) -> np.ndarray:
-    import safetensors.numpy
-    x = np.ascontiguousarray(np.asarray(x, np.float32))
-    atomic.write_bytes(self.path(key), safetensors.numpy.save({"x": x}))
-    self.misses += 1
-    return x
-
-  def get_many(self, keys: Sequence[str], compute: Callable[[list[int]], Sequence]) -> list[np.ndarray]:
-    """The arrays of ``keys``; ``compute(missing indices)`` returns the missing ones in order
-    (one call for all of them, so a model embeds every missing split in one run)."""
-    missing = [i for i, k in enumerate(keys) if k not in self]
-    out: list = [None] * len(keys)
-    if missing:
-      for i, x in zip(missing, compute(missing)):
-        out[i] = self.put(keys[i], x)
-    for i, k in enumerate(keys):
-      if out[i] is None:
-        out[i] = self.get(k)
-    return out

@@ -3,7 +3,9 @@
     python -m experiments.launch_local --processes=2 --devices_per_process=2 -- \\
         experiments.main --config=experiments/configs/main.py:micro --workdir=/tmp/pj_mp
 
-Starts N copies of ``python -m <module> <args>``, each with ``--coordinator_address`` (a free
+After ``--`` comes the launcher as a module, ``MODULE [args]``, ``-m MODULE [args]`` or
+``python -m MODULE [args]`` (the processes run this interpreter). Starts N copies of
+``python -m <module> <args>``, each with ``--coordinator_address`` (a free
 loopback port, 127.0.0.1), ``--num_processes=N`` and ``--process_id=i`` appended, on the CPU
 backend with ``--devices_per_process`` host devices each
 (``XLA_FLAGS=--xla_force_host_platform_device_count=M``; cross-process collectives by gloo).
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -31,28 +34,74 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-  """``(options, [module, args...])``; SystemExit (status 2) with a message naming the problem
-  for a bad count or a missing ``-- <module>``."""
-  argv = list(argv)
-  if "--" not in argv:
-    raise SystemExit("usage: python -m experiments.launch_local --processes=N "
-                     "--devices_per_process=M -- <module> [args...]  (missing '--')")
-  cut = argv.index("--")
-  p = argparse.ArgumentParser(prog="experiments.launch_local")
+def _parser() -> argparse.ArgumentParser:
+  from experiments import cli
+  p = cli.ArgumentParser(
+      prog="python -m experiments.launch_local",
+      usage="python -m experiments.launch_local --processes=N [--devices_per_process=M] "
+            "[--port=P] -- [python] [-m] MODULE [args...]",
+      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--processes", type=int, required=True, help="local processes to start")
   p.add_argument("--devices_per_process", type=int, default=1,
                  help="CPU devices each process sees")
   p.add_argument("--port", type=int, default=0, help="coordinator port (0: a free one)")
-  opts = p.parse_args(argv[:cut])
-  command = argv[cut + 1:]
+  return p
+
+
+def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+  """``(options, [module, args...])``; ``--help`` prints the usage and exits 0. A bad count, a
+  missing ``--`` or a command that names no module: ``error: <message>``, SystemExit 2."""
+  argv = list(argv)
+  cut = argv.index("--") if "--" in argv else len(argv)
+  p = _parser()
+  opts = p.parse_args(argv[:cut])  # --help exits here, status 0
+  if cut == len(argv):
+    p.error("missing '--' before the command to run, e.g. -- experiments.main --workdir=/tmp/w")
   if opts.processes < 1:
     p.error(f"--processes must be >= 1, got {opts.processes}")
   if opts.devices_per_process < 1:
     p.error(f"--devices_per_process must be >= 1, got {opts.devices_per_process}")
-  if not command or command[0].startswith("-"):
-    p.error("name the launcher module after '--' (e.g. experiments.main)")
-  return opts, command
+  return opts, module_command(argv[cut + 1:], p.error)
+
+
+# The interpreter's options that may stand between ``python`` and ``-m`` (each process runs
+# ``sys.executable -u -m MODULE``, so they are dropped).
+_PYTHON_OPTIONS = ("-u", "-B", "-O", "-OO", "-E", "-s", "-I", "-P")
+
+
+def module_command(command: Sequence[str], error=None) -> list[str]:
+  """``[module, args...]`` of the command after ``--``: ``MODULE args``, ``-m MODULE args`` or
+  ``python -m MODULE args`` (any ``python``, ``python3.11`` or a path to one; the processes
+  run this interpreter, ``sys.executable``). ``error(message)`` (default: ValueError) for a
+  command that names no module: empty, a script path, or a python without ``-m``."""
+  def refuse(message):
+    if error is None:
+      raise ValueError(message)
+    error(message)
+    raise ValueError(message)  # an error() that returned
+
+  hint = "after '--': MODULE [args], -m MODULE [args] or python -m MODULE [args]"
+  cmd = list(command)
+  if cmd and re.fullmatch(r"python[0-9.]*", os.path.basename(cmd[0])):
+    cmd = cmd[1:]
+    while cmd and cmd[0] in _PYTHON_OPTIONS:
+      cmd = cmd[1:]
+    if cmd and not cmd[0].startswith("-m") and not cmd[0].endswith(".py"):
+      refuse(f"launch_local runs a module, not {' '.join(command)!r}; {hint}")
+  if cmd and cmd[0] == "-m":
+    cmd = cmd[1:]
+  elif cmd and cmd[0].startswith("-m"):  # -mexperiments.main
+    cmd = [cmd[0][2:]] + cmd[1:]
+  if not cmd or cmd[0].startswith("-"):
+    refuse(f"name the launcher module (e.g. experiments.main); {hint}")
+  module = cmd[0]
+  if module.endswith(".py") or "/" in module or os.sep in module:
+    dotted = module[:-3] if module.endswith(".py") else module
+    dotted = dotted.strip("./").replace("/", ".").replace(os.sep, ".")
+    refuse(f"{module!r} is a file: give its module, -- python -m {dotted} [args]")
+  if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", module):
+    refuse(f"{module!r} is not a module name; {hint}")
+  return cmd
 
 
 def commands(opts: argparse.Namespace, command: Sequence[str], port: int) -> list[list[str]]:
@@ -127,7 +176,8 @@ def run(opts: argparse.Namespace, command: Sequence[str], out=None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
   opts, command = parse(sys.argv[1:] if argv is None else argv)
-  return run(opts, command)
+  from experiments import cli
+  return cli.refusing(run)(opts, command)
 
 
 if __name__ == "__main__":

@@ -18,22 +18,25 @@ WORKDIR/results.jsonl (one record per cell and method), WORKDIR/summary.json,
 WORKDIR/tables.txt (the paper's Table 1 and Table 2 layouts, also printed) and
 WORKDIR/negation.png, and ends by listing them. An audio config (``main.py:audio``,
 ``main.py:audio_micro``: a world of ``modality`` "audio") runs the same engine on the audio
-world's CLAP families (``platonic_jax.data.audioworld``) and writes the paper's audio-text
+world's CLAP families (``platonic_jax.worlds.audio``) and writes the paper's audio-text
 Table 4, 26 and 27 layouts instead. The main job is one experiment of the engine
-(``platonic_jax.pipeline``'s stages on ``platonic_jax.study``): embeddings, source fine-tunes and
+(``platonic_jax.pipeline``'s stages on ``platonic_jax.engine``): embeddings, source fine-tunes and
 operators are cached under the engine's cache (``--config.cache_dir``), and each finished cell
 is a record of WORKDIR/cells.jsonl, so a killed run resumes where it stopped when rerun with the
 same command. Slow stages show progress bars with the time
-left on stderr; ``--noprogress`` (or PLATONIC_JAX_PROGRESS=0) silences them.
+left on stderr; ``--noprogress`` (or PLATONIC_JAX_PROGRESS=0) silences them. A command line
+the job cannot run is refused in one line (``error: ...``, exit status 2; ``--verbose`` or
+PLATONIC_JAX_VERBOSE=1 prints the traceback), and ``--config.*`` overrides may come before
+``--config`` (``experiments.cli``).
 """
 
 import os
 import sys
 
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
-from experiments import launch
+from experiments import cli, launch
 
 _DEFAULT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "main.py")
 _CONFIG = config_flags.DEFINE_config_file("config", _DEFAULT, "main job config", lock_config=True)
@@ -48,6 +51,11 @@ _KEEP_MEMORY = flags.DEFINE_bool(
 launch.define_distributed_flags()
 
 
+def workdir() -> str:
+  """``--workdir`` with ``~`` expanded (``--workdir=~/w`` reaches Python unexpanded)."""
+  return os.path.expanduser(_WORKDIR.value)
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # keep Orbax's per-checkpoint info lines out
@@ -57,8 +65,8 @@ def main(argv):
   main_job = config.get("experiment", "main") == "main"
   if main_job:
     launch.configure(config)  # refuse a bad config before building anything; seed it
-    launch.check_workdir(_WORKDIR.value)
-    is_cached = launch.world_package(config).world.is_cached
+    launch.check_workdir(workdir())
+    from platonic_jax.worlds import is_cached
     subset = tuple(config.data.families) or None
     if _KEEP_MEMORY.value and all(is_cached(config.data.world, f)
                                   for f in subset or tuple(config.data.world.families)):
@@ -71,8 +79,8 @@ def main(argv):
   from experiments import suite
   # The main job's workdir defaults to the flag's (workdir/main), a table's to its own name.
   present = main_job or flags.FLAGS["workdir"].present
-  suite.main(config, _WORKDIR.value if present else None, log)
+  suite.main(config, workdir() if present else None, log)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)  # absl's app.run, a refusal in one line (--verbose: the traceback)

@@ -28,7 +28,7 @@ from typing import Sequence
 
 from experiments import tables
 from platonic_jax.atomic import write_bytes as atomic_write
-from platonic_jax.sweep import read_records
+from platonic_jax.engine.sweep import read_records
 
 
 MAIN_JOB_FIELDS = {"kind", "target", "tasks", "sources", "setting", "method", "accuracy", "delta"}
@@ -175,21 +175,32 @@ def write(paths: Sequence[str], out_dir: str | None = None,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m experiments.report", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  from experiments import cli
+  parser = cli.ArgumentParser(prog="python -m experiments.report", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("results", nargs="+", help="results.jsonl files or workdirs")
   parser.add_argument("--out", default=None, help="output directory (default: beside RESULTS)")
   parser.add_argument("--config_hash", default=None, help="render only this config hash (prefix)")
+  parser.add_argument("--verbose", action="store_true", help=cli.VERBOSE_HELP)
   args = parser.parse_args(argv)
+  results, out = expand_paths(args.results, args.out)
   try:
-    md, pngs = write(args.results, args.out, args.config_hash)
-  except (ValueError, FileNotFoundError) as e:
-    print(f"error: {e}", file=sys.stderr)
+    md, pngs = write(results, out, args.config_hash)
+  except (ValueError, OSError) as e:  # a refusal: one line, status 2
+    if args.verbose or cli.verbose():
+      raise
+    print(f"error: {cli.one_line(e)}", file=sys.stderr)
     return 2
   with open(md) as f:
     print(f.read())
   print("wrote " + ", ".join([md] + pngs))
   return 0
+
+
+def expand_paths(results: Sequence[str], out: str | None) -> tuple[list[str], str | None]:
+  """The command line's paths with ``~`` expanded (``--out=~/r`` reaches Python unexpanded)."""
+  return ([os.path.expanduser(p) for p in results],
+          None if out is None else os.path.expanduser(out))
 
 
 if __name__ == "__main__":

@@ -154,9 +154,10 @@ def test_launch_local_refuses_bad_arguments(argv, match, capsys):
 
 
 def test_every_launcher_takes_the_start_up_flags_and_starts_first():
-  """Each ``app.run`` launcher under experiments/ defines the three flags and joins the other
-  processes in ``main`` (``launch.start_distributed``, or ``launch.start_study`` which calls
-  it first; read from the source: importing every launcher would define their flags twice)."""
+  """Each ``app.run`` (or ``cli.run``) launcher under experiments/ defines the three flags and
+  joins the other processes in ``main`` (``launch.start_distributed``, or
+  ``launch.start_study`` which calls it first; read from the source: importing every launcher
+  would define their flags twice)."""
   import ast
   base = os.path.join(ROOT, "experiments")
   launchers = []
@@ -166,9 +167,10 @@ def test_every_launcher_takes_the_start_up_flags_and_starts_first():
         continue
       with open(os.path.join(dirpath, f), encoding="utf-8") as fh:
         src = fh.read()
-      if "app.run(main)" in src:
+      tree = ast.parse(src)
+      runs = {ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+      if {"app.run(main)", "cli.run(main)"} & runs:  # cli.run wraps app.run
         launchers.append(os.path.relpath(os.path.join(dirpath, f), base))
-        tree = ast.parse(src)
         calls = {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
         assert "launch.define_distributed_flags" in calls, f
         main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
@@ -237,7 +239,7 @@ def test_descriptor_bytes_round_trip_and_refuse_a_mismatched_pair():
 def test_main_job_sweep_resumes_from_the_shards_of_a_killed_run(tmp_path):
   """One process after a 2-process run died: the cells recorded in any shard are kept, only
   the others are computed, and the shards are merged into cells.jsonl and removed."""
-  from platonic_jax.sweep import ResultsMismatchError, Sweep, cell_key, divided_sweep
+  from platonic_jax.engine.sweep import ResultsMismatchError, Sweep, cell_key, divided_sweep
   cells = [{"kind": "negation", "target": "a", "tasks": [t], "source": "a", "adapter": False}
            for t in "xyzw"]
   metrics = lambda c: {"records": [{"task": c["tasks"][0]}]}

@@ -153,3 +153,17 @@ def test_launch_local_refusals_are_one_line(argv, match, capsys):
     launch_local.parse(argv)
   err = capsys.readouterr().err
   assert e.value.code == 2 and err.count("\n") == 1 and err.startswith(match), err
+
+
+def test_launch_local_runs_python_dash_m_and_each_process_refuses_in_one_line():
+  """``-- python -m experiments.main`` starts the module (not a module named "python"); a
+  refusal in the processes is their one line, and launch_local exits with their status."""
+  out = _run("experiments.launch_local", "--processes=2", "--", "python", "-m",
+             "experiments.main", "--bogus")
+  lines = out.stdout.splitlines()
+  assert out.returncode == 2, out.stdout + out.stderr
+  # the first process to fail stops the other, which may not get to print its line
+  errors = [line for line in lines if line.startswith("[p")]
+  assert 1 <= len(errors) <= 2 and all(
+      line[4:] == " error: Unknown command line flag 'bogus'" for line in errors), lines
+  assert lines[-1].startswith("launch_local: process ") and lines[-1].endswith("status 2")

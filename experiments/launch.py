@@ -165,28 +165,21 @@ def use_compilation_cache(cfg) -> None:
 
 
 def world_package(cfg):
-  """The package that builds ``cfg.data.world``: ``platonic_jax.data.audioworld`` for a world config
-  of ``modality`` "audio" (``experiments/configs/audio_world.py``), else the toy world's
-  ``platonic_jax.data.toyworld``. Both give ``build_world``, ``DOWNSTREAM`` and
-  ``world.is_cached``."""
-  modality = cfg.data.world.get("modality", "image")
-  if modality == "audio":
-    from platonic_jax.data import audioworld
-    return audioworld
-  if modality != "image":
-    raise ValueError(f"config.data.world.modality must be 'image' or 'audio', got {modality!r}")
-  from platonic_jax.data import toyworld
-  return toyworld
+  """The data package of ``cfg.data.world`` (its tasks: ``DOWNSTREAM``, ``CONTROLS``):
+  ``platonic_jax.data.audioworld`` for a world config of ``modality`` "audio"
+  (``experiments/configs/audio_world.py``), else the toy world's ``platonic_jax.data.toyworld``;
+  ValueError for another modality. ``platonic_jax.worlds`` builds either world."""
+  from platonic_jax import worlds
+  return worlds.modality(cfg.data.world).package
 
 
 def build_world(cfg, log: Callable[[str], None] | None = None):
-  """The config's world (pretrained, or loaded from the cache; the toy world, or the audio
-  world for an audio config: ``world_package``), restricted to ``cfg.data.families`` when it
-  names some; ``log`` gets its progress lines, indented."""
-  build = world_package(cfg).build_world
-
-  return build(cfg.data.world, log=None if log is None else (lambda s: log("  " + s)),
-               families=tuple(cfg.data.families) or None)
+  """The config's world (``platonic_jax.worlds.build_world``: pretrained, or loaded from the
+  cache; the toy world, or the audio world for an audio config), restricted to
+  ``cfg.data.families`` when it names some; ``log`` gets its progress lines, indented."""
+  from platonic_jax import worlds
+  return worlds.build_world(cfg.data.world, log=None if log is None else (lambda s: log("  " + s)),
+                            families=tuple(cfg.data.families) or None)
 
 
 def prepare(cfg, who: str, log: Callable[[str], None]):

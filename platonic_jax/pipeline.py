@@ -430,7 +430,7 @@ def check_config(cfg, downstream: Sequence[str]) -> list[str]:
   if len(names) < 2:
     raise ValueError(f"the main job needs at least two downstream tasks (addition composes "
                      f"pairs), got {names}")
-  from platonic_jax.data.toyworld.world import check_families
+  from platonic_jax.data.world_config import check_families
   check_families(cfg.data.world, list(cfg.data.families))
   if is_audio(cfg) and cfg.get("distinct_sources", False):
     families = list(cfg.data.families) or list(cfg.data.world.families)
@@ -465,7 +465,7 @@ def check_same_architecture(cfg) -> None:
   if "same_architecture" not in cfg:
     return
   from platonic_jax.core.gradfix import VOTES
-  from platonic_jax.data.toyworld.world import check_families
+  from platonic_jax.data.world_config import check_families
   b = cfg.same_architecture
   try:
     check_families(cfg.data.world, list(b.families))
@@ -641,7 +641,7 @@ def same_architecture_pairs(cfg, models: Sequence[str]) -> tuple[tuple[str, str]
   same-architecture block's. A pair of two main-grid families keeps its cross-model cells there
   as well. None for a config without a ``same_architecture`` block, or on the audio world (no
   such pairs)."""
-  from platonic_jax.data.toyworld.world import same_architecture_pairs as pairs_of
+  from platonic_jax.worlds import same_architecture_pairs as pairs_of
   if "same_architecture" not in cfg or is_audio(cfg):
     return ()
   return pairs_of(cfg.data.world, sorted(models))

@@ -70,7 +70,7 @@ def micro_world_cache(tmp_path_factory):
   import fcntl
 
   from experiments.configs import toy_world
-  from platonic_jax.data.toyworld import world as world_lib
+  from platonic_jax import worlds as world_lib
   if os.environ.get("PYTEST_XDIST_WORKER") is None:
     root = tmp_path_factory.mktemp("micro_world")
   else:  # an xdist worker: the workers' base temporary directories share a parent

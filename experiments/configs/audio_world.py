@@ -9,8 +9,8 @@ RoBERTa text tower, ``platonic_jax.models.clap``) of different widths, depths an
 ``get_config("micro")`` a two-family world small enough for the test suite (pretraining in
 seconds). Fields mirror ``toy_world.py``:
 
-  modality: "audio" (the toy world's configs carry none): jobs build this world with
-    ``platonic_jax.data.audioworld.build_world``.
+  modality: "audio" (the toy world's configs carry none): ``platonic_jax.worlds.build_world``
+    builds this world's families as the audio world's (``platonic_jax.worlds.audio``).
   seed: everything (clips, captions, initialisation, probes) derives from it.
   extractor: the world's ``ClapFeatureExtractor`` settings (``rand_trunc``, one channel): one
     second at 8 kHz, a 256-sample hop (32 frames) and 32 mel bins from 40 Hz to 4 kHz, so the
@@ -63,7 +63,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   variant = check_variant(arg, "audio world")
   c = ml_collections.ConfigDict()
   c.variant = variant
-  c.modality = "audio"  # what a job reads to build this world (platonic_jax.data.audioworld)
+  c.modality = "audio"  # what a job reads to build this world (platonic_jax.worlds.audio)
   c.seed = 0
   c.extractor = ml_collections.ConfigDict(dict(
       feature_size=32, sampling_rate=8000, hop_length=256, max_length_s=1, fft_window_size=512,

@@ -85,7 +85,7 @@ Fields:
     the world's families that enter only that block (``toy_world.SAME_ARCHITECTURE``'s twins:
     no cell of the other families, no consensus, no adapter draw and no random-UTD draw of
     theirs changes with them; ``Study(secondary=...)``). Its cells are every ordered pair of
-    distinct families of one architecture (``toyworld.world.same_architecture_pairs``) with
+    distinct families of one architecture (``worlds.same_architecture_pairs``) with
     every task pair (addition) and task (negation): the closed form, its controls and oracle,
     GradFix (``core.gradfix``) and Theseus (``core.rebasin``) moving the source's task vectors
     to the target, and weight-space arithmetic adding them untransported, each at the
@@ -149,7 +149,7 @@ def audio_config(arg: str) -> ml_collections.ConfigDict:
   The image main job's fields, with these values (each fixed before any run of the method, by
   the reason given):
     world: the audio world (``audio_world.get_config()``; 'audio_micro': its micro world). Its
-      ``modality`` "audio" is what the launcher dispatches on (``platonic_jax.data.audioworld``
+      ``modality`` "audio" is what the launcher dispatches on (``platonic_jax.worlds.audio``
       builds it; the engine embeds its tasks' log-mel features with the audio towers).
     tasks: the world's composed pair ``audioworld.COMPOSED`` (envelope, count): the paper's
       audio tables compose and negate two tasks (ESC-50 and GTZAN) and report one control

@@ -53,7 +53,7 @@ VARIANTS = ("default", "micro", "wide", "lookalike", "samearch", "micro-samearch
 
 # The same-architecture variants add these families to their base world: each a copy of an
 # existing family's architecture (and pretraining settings) under its own name, so it is
-# initialised and captioned from its own random streams (``platonic_jax.data.toyworld.world``
+# initialised and captioned from its own random streams (``platonic_jax.worlds``
 # seeds both by the world seed and the family name) -- different models of one architecture,
 # as the paper's CLIP-L, OpenCLIP-L and MetaCLIP-L are. Parameter-space transport (GradFix,
 # Theseus) is defined between them. The base worlds are unchanged; the main job runs on these

@@ -11,7 +11,7 @@ For each of ``--steps`` (the world config's ``pretrain.steps``; everything else 
 the cosine schedule decaying over the new count) builds or loads every family of the audio
 world (cached under its own key, so the main job on a world of that step count loads it) and
 scores its pretraining objective (CLIP's loss with CLAP's two scales) on ``--held_clips``
-clips that no family trains on (``audioworld.world.heldout_pool`` and ``heldout_batches``: the
+clips that no family trains on (``worlds.audio.heldout_pool`` and ``heldout_batches``: the
 world's generator on its held-out stream, captioned as in pretraining). No downstream task,
 probe or label is read, so a step count chosen here is not chosen on the method's evaluation.
 Prints the table and the mean of each step count; writes WORKDIR/pretrain_holdout.json
@@ -62,8 +62,8 @@ def main(argv):
   launch.start_study(_PROGRESS.value)  # first: before anything touches a JAX device
   import numpy as np
 
+  from platonic_jax import worlds
   from platonic_jax.core import pretrain
-  from platonic_jax.data.audioworld import world as audioworld
 
   t0 = time.time()
   steps = launch.parse_steps(_STEPS.value)  # refuse bad arguments before building anything
@@ -71,17 +71,17 @@ def main(argv):
   check_config(base, _HELD.value)
   launch.check_workdir(_WORKDIR.value)
   families = sorted(base.families)
-  heldout = audioworld.heldout_pool(base, _HELD.value)
-  held = {f: audioworld.heldout_batches(base, f, heldout) for f in families}
+  heldout = worlds.audio.heldout_pool(base, _HELD.value)
+  held = {f: worlds.audio.heldout_batches(base, f, heldout) for f in families}
   rows, pool = [], None
   for n in steps:
     cfg = base.to_dict()  # a fresh nested dict per step count
     cfg["pretrain"]["steps"] = n
     for f in families:
-      if pool is None and not audioworld.is_cached(cfg, f):
-        pool = audioworld.pretrain_pool(cfg)  # the same pool for every step count
-      model, info = audioworld.build_family(cfg, f, pool=pool)
-      loss = pretrain.heldout_loss(model.module, held[f], audioworld.pretrain_config(cfg, f))
+      if pool is None and not worlds.is_cached(cfg, f):
+        pool = worlds.pretrain_pool(cfg)  # the same pool for every step count
+      model, info = worlds.build_family(cfg, f, pool=pool)
+      loss = pretrain.heldout_loss(model.module, held[f], worlds.pretrain_config(cfg, f))
       rows.append({"family": f, "steps": n, "heldout_loss": loss,
                    "train_loss": info["final_loss"], "pretrain_seconds": info["pretrain_seconds"],
                    "cached": info["cached"]})

@@ -16,8 +16,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from experiments import launch
-from platonic_jax.data.audioworld import build_world
-from platonic_jax.data.toyworld import zeroshot
+from platonic_jax.worlds import build_world, zeroshot
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/audio_world.py",
                                           "audio world config", lock_config=True)

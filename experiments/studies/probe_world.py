@@ -16,7 +16,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from experiments import launch
-from platonic_jax.data.toyworld import build_world, zeroshot
+from platonic_jax.worlds import build_world, zeroshot
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/toy_world.py",
                                           "toy world config", lock_config=True)

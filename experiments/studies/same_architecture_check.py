@@ -5,7 +5,7 @@
         --tasks=shape,color
 
 For every downstream task and every ordered same-architecture pair (``clip-a`` and its twin
-``clip-a2``; ``toyworld.world.same_architecture_pairs``): the source's labeled fine-tune (the
+``clip-a2``; ``worlds.same_architecture_pairs``): the source's labeled fine-tune (the
 main job's recipe: rank-4 LoRA on the vision q/v), its task vector moved to the target by
 GradFix (``core.gradfix``) and Theseus (``core.rebasin``) from ``--per_class`` labeled target
 images per class (the paper's budget: 1), and the target's test accuracy with its own head at
@@ -27,8 +27,8 @@ from experiments import launch
 from experiments.configs import toy_world
 from platonic_jax.core import gradfix, lora, rebasin, train
 from platonic_jax.data import registry
-from platonic_jax.data.toyworld import build_world, tasks as tasks_lib, world as world_lib
-from platonic_jax.data.toyworld import zeroshot
+from platonic_jax.data.toyworld import tasks as tasks_lib
+from platonic_jax.worlds import build_world, same_architecture_pairs, zeroshot
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("variant", "samearch", "toy-world variant with a same-architecture twin")
@@ -45,7 +45,7 @@ def main(_):
   config = toy_world.get_config(FLAGS.variant)
   if FLAGS.cache_dir:
     config.cache_dir = FLAGS.cache_dir
-  pairs = world_lib.same_architecture_pairs(config)
+  pairs = same_architecture_pairs(config)
   if not pairs:
     raise app.UsageError(f"the {FLAGS.variant!r} world has no two families of one architecture")
   names = tuple(sorted({f for p in pairs for f in p}))

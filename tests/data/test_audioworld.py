@@ -11,8 +11,10 @@ import pytest
 
 from experiments.configs import audio_world
 from platonic_jax.core import pretrain as pretrain_lib
+from platonic_jax import worlds
 from platonic_jax.data import tokenizer as tok
-from platonic_jax.data.audioworld import captions, synth, tasks as tasks_lib, world as world_lib
+from platonic_jax.data.audioworld import captions, synth, tasks as tasks_lib
+from platonic_jax.worlds import audio as audio_lib
 from platonic_jax.models.audio_features import PREPROCESSOR_CONFIG
 
 
@@ -28,7 +30,7 @@ def test_synthesis_is_deterministic_in_seed_and_each_attribute_is_heard():
   assert not np.array_equal(x1, x3)  # nuisance follows the seed
   assert np.abs(x1).max() <= 0.71 and np.isfinite(x1).all()
   # one attribute changed alone (same seed) changes the log-mel features
-  feats = world_lib.features(audio_world.get_config("micro"))
+  feats = audio_lib.features(audio_world.get_config("micro"))
   base = {k: np.zeros(4, np.int32) for k in synth.ATTRIBUTES}
   f0 = feats(synth.synthesize(base, 5))
   for name, values in synth.ATTRIBUTES.items():
@@ -45,7 +47,7 @@ def test_synthesis_is_deterministic_in_seed_and_each_attribute_is_heard():
 def test_tasks_are_the_same_bytes_for_a_seed_with_consistent_labels():
   config = audio_world.get_config("micro").to_dict()
   config["tasks"] = dict(n_train=48, n_test=32, n_probes=16)
-  t1, t2 = world_lib.build_tasks(config), world_lib.build_tasks(config)
+  t1, t2 = worlds.build_tasks(config), worlds.build_tasks(config)
   assert tuple(t1) == tasks_lib.DOWNSTREAM + tasks_lib.CONTROLS
   assert set(tasks_lib.COMPOSED) <= set(tasks_lib.DOWNSTREAM) and tasks_lib.CONTROLS
   for name in t1:
@@ -65,7 +67,7 @@ def test_tasks_are_the_same_bytes_for_a_seed_with_consistent_labels():
   np.testing.assert_array_equal(t1["rhythm"].train[1], attrs["rhythm"])
   np.testing.assert_array_equal(amb.train[1], attrs["noise"] * 2 + attrs["space"])
   other = dict(config, seed=1)
-  assert world_lib.build_tasks(other)["timbre"].test[0].tobytes() != a.test[0].tobytes()
+  assert worlds.build_tasks(other)["timbre"].test[0].tobytes() != a.test[0].tobytes()
 
 
 def test_captions_round_trip_through_the_tokenizer_and_swap_at_their_rate():
@@ -126,9 +128,9 @@ def test_world_configs_are_checked():
   bad = json.loads(json.dumps(config))
   bad["extractor"]["sampling_rate"] = 16000
   with pytest.raises(ValueError, match="clips are 8000 samples at 8000 Hz"):
-    world_lib.build_world(bad, log=None)
+    worlds.build_world(bad, log=None)
   with pytest.raises(ValueError, match=r"unknown families \['clap-z'\]"):
-    world_lib.build_world(config, families=("clap-z",), log=None)
+    worlds.build_world(config, families=("clap-z",), log=None)
   with pytest.raises(ValueError, match="unknown audio world variant 'big'"):
     audio_world.get_config("big")
   # every family of both worlds is a valid CLAP config with the world's mel bins
@@ -136,11 +138,11 @@ def test_world_configs_are_checked():
   for variant in audio_world.VARIANTS:
     c = audio_world.get_config(variant).to_dict()
     for name in c["families"]:
-      spec = ClapSpec.from_hf_config(world_lib.hf_config(c, name))
+      spec = ClapSpec.from_hf_config(worlds.hf_config(c, name))
       assert spec.audio.num_mel_bins == spec.audio.spec_size == 32
-      assert world_lib.extractor(c).num_frames() <= spec.audio.spec_width
+      assert audio_lib.extractor(c).num_frames() <= spec.audio.spec_width
       assert spec.text.max_tokens == c["max_text_length"]
-    keys = {world_lib.family_key(c, n) for n in c["families"]}
+    keys = {worlds.family_key(c, n) for n in c["families"]}
     assert len(keys) == len(c["families"])
 
 
@@ -228,26 +230,26 @@ def test_heldout_batches_are_fixed_data_no_family_trains_on():
   them from its own stream, as pretraining captions; a pool smaller than a batch is refused."""
   config = audio_world.get_config("micro").to_dict()
   config["pool_size"] = 64
-  pool = world_lib.heldout_pool(config, 70)
-  again = world_lib.heldout_pool(config, 70)
+  pool = audio_lib.heldout_pool(config, 70)
+  again = audio_lib.heldout_pool(config, 70)
   assert pool[1].shape == (70, 1, 32, 32) and pool[1].tobytes() == again[1].tobytes()
-  train = world_lib.pretrain_pool(config)
+  train = worlds.pretrain_pool(config)
   assert not any(np.array_equal(pool[1][0], x) for x in train[1])
   longer = json.loads(json.dumps(config))
   longer["pretrain"].update(steps=999, learning_rate=1e-4)
-  a = world_lib.heldout_batches(config, "clap-a", pool)
+  a = audio_lib.heldout_batches(config, "clap-a", pool)
   assert len(a) == 2 and [b["input_features"].shape[0] for b in a] == [32, 32]
-  for x, y in zip(a, world_lib.heldout_batches(longer, "clap-a", again)):
+  for x, y in zip(a, audio_lib.heldout_batches(longer, "clap-a", again)):
     assert all(x[k].tobytes() == y[k].tobytes() for k in x)
   np.testing.assert_array_equal(a[1]["input_features"], pool[1][32:64])
-  b = world_lib.heldout_batches(config, "clap-b", pool)
+  b = audio_lib.heldout_batches(config, "clap-b", pool)
   assert not np.array_equal(a[0]["input_ids"], b[0]["input_ids"])  # per-family captions
   np.testing.assert_array_equal(a[0]["input_features"], b[0]["input_features"])
   with pytest.raises(ValueError, match="20 held-out clips make no batch of the pretraining "
                                        "batch size 32"):
-    world_lib.heldout_batches(config, "clap-a", world_lib.heldout_pool(config, 20))
+    audio_lib.heldout_batches(config, "clap-a", audio_lib.heldout_pool(config, 20))
   with pytest.raises(ValueError, match="unknown family 'clap-z'"):
-    world_lib.heldout_batches(config, "clap-z", pool)
+    audio_lib.heldout_batches(config, "clap-z", pool)
 
 
 # ---- a micro family: cache and export --------------------------------------------------------
@@ -261,7 +263,7 @@ def family(tmp_path_factory):
   config.cache_dir = str(tmp_path_factory.mktemp("cache"))
   config.pool_size = 64
   config = config.to_dict()
-  pool = world_lib.pretrain_pool(config)
+  pool = worlds.pretrain_pool(config)
   calls = []
   def stub(module, batches, cfg, **kw):
     batch = next(iter(batches))
@@ -269,7 +271,7 @@ def family(tmp_path_factory):
     return module, {"loss": [(1, 4.0)], "seconds": 0.0, "cpu_seconds": 0.0, "steps": cfg.steps}
   real, pretrain_lib.pretrain = pretrain_lib.pretrain, stub
   try:
-    model, info = world_lib.build_family(config, "clap-a", pool=pool, log=None)
+    model, info = worlds.build_family(config, "clap-a", pool=pool, log=None)
   finally:
     pretrain_lib.pretrain = real
   return config, pool, model, info, calls
@@ -288,7 +290,7 @@ def test_family_is_initialised_from_the_pool_and_cached(family, monkeypatch):
   assert model.files[PREPROCESSOR_CONFIG] == os.path.join(entry, PREPROCESSOR_CONFIG)
   assert not [d for d in os.listdir(os.path.dirname(entry)) if d.startswith(".tmp")]
   monkeypatch.setattr(pretrain_lib, "pretrain", lambda *a, **k: pytest.fail("retrained"))
-  again, info2 = world_lib.build_family(config, "clap-a", log=None)
+  again, info2 = worlds.build_family(config, "clap-a", log=None)
   assert info2["cached"] and again.fingerprint() == model.fingerprint()
   assert again.files == model.files and again.config == model.config
   a = nnx.state(again.module, nnx.Param).to_pure_dict()
@@ -296,7 +298,7 @@ def test_family_is_initialised_from_the_pool_and_cached(family, monkeypatch):
   import jax
   for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
     np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
-  assert world_lib.is_cached(config, "clap-a") and not world_lib.is_cached(config, "clap-b")
+  assert worlds.is_cached(config, "clap-a") and not worlds.is_cached(config, "clap-b")
 
 
 def test_family_exports_and_loads_in_transformers(family, tmp_path):
@@ -324,7 +326,7 @@ def test_family_exports_and_loads_in_transformers(family, tmp_path):
   np.testing.assert_allclose(got_a, want_a, atol=1e-4, rtol=0)
   # the world's task inputs (features extracted once) embed the same
   from platonic_jax import embed as embed_lib
-  feats = world_lib.features(config)(waves)
+  feats = audio_lib.features(config)(waves)
   np.testing.assert_array_equal(embed_lib.embed_audio_features(model, feats), got_a)
   with pytest.raises(ValueError, match="mel bins, the model expects"):
     embed_lib.embed_audio_features(model, feats[..., :16])

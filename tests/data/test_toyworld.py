@@ -11,9 +11,10 @@ from flax import nnx
 
 from experiments.configs import toy_world
 from platonic_jax.core import pretrain as pretrain_lib, train
-from platonic_jax.data import tokenizer as tok
-from platonic_jax.data.toyworld import captions, render, tasks as tasks_lib, world as world_lib
-from platonic_jax.data.toyworld import zeroshot
+from platonic_jax import worlds
+from platonic_jax.data import tokenizer as tok, world_config
+from platonic_jax.data.toyworld import captions, render, tasks as tasks_lib
+from platonic_jax.worlds import image as image_world, zeroshot
 
 
 def _attrs(n, seed=0):
@@ -77,7 +78,9 @@ def test_normalize_matches_the_preprocessor():
   from PIL import Image
   x = render.render(_attrs(4), 0)
   pil = [Image.fromarray(im.transpose(1, 2, 0)) for im in x]
-  np.testing.assert_allclose(world_lib.preprocessor(32)(pil), render.normalize(x), atol=1e-6)
+  np.testing.assert_allclose(image_world.preprocessor(32)(pil), render.normalize(x), atol=1e-6)
+  from platonic_jax.models.preprocess import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
+  assert (render.IMAGE_MEAN, render.IMAGE_STD) == (OPENAI_CLIP_MEAN, OPENAI_CLIP_STD)
 
 
 # ---- tasks -----------------------------------------------------------------------------------
@@ -230,26 +233,33 @@ def test_world_key_follows_the_swapped_pairs():
   base = toy_world.get_config()
   lookalike = toy_world.get_config("lookalike")
   assert dict(lookalike.captions.swap) != dict(base.captions.swap)
-  assert world_lib.family_key(base, "clip-a") != world_lib.family_key(lookalike, "clip-a")
+  assert worlds.family_key(base, "clip-a") != worlds.family_key(lookalike, "clip-a")
   # the key holds the pairs a count names, not only the count
   saved = captions.CONFUSIONS["color"]
-  key = world_lib.family_key(lookalike, "clip-a")
+  key = worlds.family_key(lookalike, "clip-a")
   try:
     captions.CONFUSIONS["color"] = saved[::-1]
-    assert world_lib.family_key(lookalike, "clip-a") != key
+    assert worlds.family_key(lookalike, "clip-a") != key
   finally:
     captions.CONFUSIONS["color"] = saved
-  assert world_lib.family_key(lookalike, "clip-a") == key
+  assert worlds.family_key(lookalike, "clip-a") == key
+
+
+def test_a_world_config_names_its_modality():
+  assert worlds.modality(toy_world.get_config("micro")) is image_world.MODALITY
+  assert worlds.modality({"modality": "image"}).name == "toyworld"
+  with pytest.raises(ValueError, match=r"modality must be one of .*, got 'video'"):
+    worlds.modality({"modality": "video"})
 
 
 def test_view_schedule_cycles_views_by_weight():
   cap = {"views": {"b": {"color": 1.0}, "a": {"shape": 1.0}}, "view_weights": {"b": 2}}
-  assert world_lib.view_schedule(cap) == ["a", "b", "b"]
+  assert world_config.view_schedule(cap) == ["a", "b", "b"]
   with pytest.raises(ValueError, match="unknown views"):
-    world_lib.view_schedule({"views": {"a": {}}, "view_weights": {"c": 1}})
+    world_config.view_schedule({"views": {"a": {}}, "view_weights": {"c": 1}})
   for bad in (-2, 1.7, True):
     with pytest.raises(ValueError, match="view_weights must be integers >= 0"):
-      world_lib.view_schedule({"views": {"a": {}, "b": {}}, "view_weights": {"a": bad}})
+      world_config.view_schedule({"views": {"a": {}, "b": {}}, "view_weights": {"a": bad}})
 
 
 def test_caption_rates_outside_zero_one_are_refused():
@@ -268,17 +278,17 @@ def test_world_key_is_the_same_for_a_config_and_its_plain_dict_and_refuses_unkno
   config = toy_world.get_config("micro")
   config.cache_dir = str(tmp_path / "cache")
   for fam in config.families:
-    assert world_lib.family_key(config, fam) == world_lib.family_key(config.to_dict(), fam)
-    assert world_lib.family_cache_dir(config, fam) == world_lib.family_cache_dir(
+    assert worlds.family_key(config, fam) == worlds.family_key(config.to_dict(), fam)
+    assert worlds.family_cache_dir(config, fam) == worlds.family_cache_dir(
         config.to_dict(), fam)
-  for call in (lambda: world_lib.family_key(config, "clip-z"),
-               lambda: world_lib.is_cached(config, "clip-z")):
+  for call in (lambda: worlds.family_key(config, "clip-z"),
+               lambda: worlds.is_cached(config, "clip-z")):
     with pytest.raises(ValueError, match="unknown family 'clip-z'"):
       call()
   with pytest.raises(ValueError, match=r"unknown families \['clip-z'\]"):
-    world_lib.build_world(config, log=None, families=("clip-a", "clip-z"))
+    worlds.build_world(config, log=None, families=("clip-a", "clip-z"))
   with pytest.raises(ValueError, match=r"repeated families \['clip-a'\]"):
-    world_lib.build_world(config, log=None, families=("clip-a", "clip-a"))
+    worlds.build_world(config, log=None, families=("clip-a", "clip-a"))
   assert not (tmp_path / "cache").exists()  # refused before anything was built
 
 
@@ -335,7 +345,7 @@ def test_tokenizer_saves_loads_and_its_eos_is_not_two(tmp_path):
   ids = jnp.asarray(e2["input_ids"])
   assert np.asarray(eos_positions(ids, t2.eos_token_id)).tolist() == [6, 3]
   assert np.asarray(eos_positions(ids, 2)).tolist() == [4, 1]
-  cfg = world_lib.hf_config(toy_world.get_config("micro").to_dict(), "clip-a")
+  cfg = worlds.hf_config(toy_world.get_config("micro").to_dict(), "clip-a")
   assert cfg["text_config"]["eos_token_id"] == t2.eos_token_id
   assert cfg["text_config"]["vocab_size"] == len(captions.VOCAB)
 
@@ -408,7 +418,7 @@ def micro(tmp_path_factory):
     return trained, history
   pretrain_lib.pretrain = counting
   try:
-    world = world_lib.build_world(config, log=None)
+    world = worlds.build_world(config, log=None)
   finally:
     pretrain_lib.pretrain = real
   return config, world, calls, runs
@@ -441,21 +451,21 @@ def test_micro_world_has_a_siglip_family_trained_with_the_sigmoid_loss(micro):
   assert model.family.name == "siglip" and model.config["model_type"] == "siglip"
   assert world.models["clip-a"].family.name == "clip"
   plain = config.to_dict()
-  assert world_lib.pretrain_config(plain, "siglip-b").loss == "siglip"
-  assert world_lib.pretrain_config(plain, "clip-a").loss == "clip"
+  assert worlds.pretrain_config(plain, "siglip-b").loss == "siglip"
+  assert worlds.pretrain_config(plain, "clip-a").loss == "clip"
   # SigLIP's text tower pools the last position and attends to its padding, as embed_texts runs it
-  pool = world_lib.pretrain_pool(plain)
-  batch = next(world_lib.pretrain_batches(plain, "siglip-b", *pool))
+  pool = worlds.pretrain_pool(plain)
+  batch = next(worlds.pretrain_batches(plain, "siglip-b", *pool))
   assert batch["attention_mask"].all()
-  assert not next(world_lib.pretrain_batches(plain, "clip-a", *pool))["attention_mask"].all()
+  assert not next(worlds.pretrain_batches(plain, "clip-a", *pool))["attention_mask"].all()
   assert float(model.module.logit_bias[...]) != -10.0  # the sigmoid head's bias trained
   bad = toy_world.get_config("micro").to_dict()
   bad["families"]["siglip-b"]["projection_dim"] = 8
   with pytest.raises(ValueError, match="embeds at the vision width"):
-    world_lib.hf_config(bad, "siglip-b")
+    worlds.hf_config(bad, "siglip-b")
   bad["families"]["siglip-b"]["arch"] = "vit"
   with pytest.raises(ValueError, match="unknown arch 'vit'"):
-    world_lib.hf_config(bad, "siglip-b")
+    worlds.hf_config(bad, "siglip-b")
 
 
 def test_micro_models_beat_chance_zero_shot(micro):
@@ -480,7 +490,7 @@ def test_cached_rebuild_does_not_retrain_and_gives_identical_models(micro, monke
   def refuse(*args, **kwargs):
     raise AssertionError("a cached family was retrained")
   monkeypatch.setattr(pretrain_lib, "pretrain", refuse)
-  again = world_lib.build_world(config, log=None)
+  again = worlds.build_world(config, log=None)
   for name, model in again.models.items():
     assert again.pretrain_info[name]["cached"]
     old = world.models[name]
@@ -498,13 +508,13 @@ def test_cached_rebuild_does_not_retrain_and_gives_identical_models(micro, monke
   # another seed is another cache entry
   other = toy_world.get_config("micro")
   other.seed = 1
-  assert world_lib.family_key(other.to_dict(), "clip-a") != world_lib.family_key(
+  assert worlds.family_key(other.to_dict(), "clip-a") != worlds.family_key(
       config.to_dict(), "clip-a")
   # is_cached reads a ConfigDict or a plain dict alike (what the launcher checks before a warm run)
   for name in config.families.keys():
-    assert world_lib.is_cached(config, name) and world_lib.is_cached(config.to_dict(), name)
+    assert worlds.is_cached(config, name) and worlds.is_cached(config.to_dict(), name)
   other.cache_dir = config.cache_dir
-  assert not world_lib.is_cached(other, "clip-a")
+  assert not worlds.is_cached(other, "clip-a")
 
 
 def test_micro_model_exports_to_hugging_face_layout_and_loads_back(micro, tmp_path):
@@ -569,20 +579,20 @@ def test_same_architecture_variants_add_a_differently_pretrained_twin_only():
         toy_world.get_config(variant))
   assert main_config.get_config("micro-samearch").source.steps == 60  # micro settings
   config = toy_world.get_config("micro-samearch").to_dict()
-  assert world_lib.same_architecture_pairs(config) == (("clip-a", "clip-a2"),
-                                                       ("clip-a2", "clip-a"))
-  assert world_lib.same_architecture_pairs(config, ("clip-a", "siglip-b")) == ()
-  assert world_lib.same_architecture_pairs(toy_world.get_config().to_dict()) == ()
-  assert world_lib.hf_config(config, "clip-a2") == world_lib.hf_config(config, "clip-a")
-  assert world_lib.family_key(config, "clip-a") == world_lib.family_key(
+  assert worlds.same_architecture_pairs(config) == (("clip-a", "clip-a2"),
+                                                    ("clip-a2", "clip-a"))
+  assert worlds.same_architecture_pairs(config, ("clip-a", "siglip-b")) == ()
+  assert worlds.same_architecture_pairs(toy_world.get_config().to_dict()) == ()
+  assert worlds.hf_config(config, "clip-a2") == worlds.hf_config(config, "clip-a")
+  assert worlds.family_key(config, "clip-a") == worlds.family_key(
       toy_world.get_config("micro").to_dict(), "clip-a")  # the cached clip-a is reused
-  assert world_lib.family_key(config, "clip-a2") != world_lib.family_key(config, "clip-a")
+  assert worlds.family_key(config, "clip-a2") != worlds.family_key(config, "clip-a")
   with pytest.raises(ValueError, match=r"unknown families \['clip-z'\]"):
-    world_lib.same_architecture_pairs(config, ("clip-a", "clip-z"))
+    worlds.same_architecture_pairs(config, ("clip-a", "clip-z"))
   # pretrained differently: its own initialisation seed and its own caption stream over the pool
   assert len({str(tasks_lib.stream(config["seed"], kind, f)) for f in ("clip-a", "clip-a2")
               for kind in (tasks_lib.INIT, tasks_lib.CAPTIONS)}) == 4
   pool = (_attrs(64), np.zeros((64, 3, 32, 32), np.uint8))
-  first = [next(world_lib.pretrain_batches(config, f, *pool)) for f in ("clip-a", "clip-a2")]
+  first = [next(worlds.pretrain_batches(config, f, *pool)) for f in ("clip-a", "clip-a2")]
   assert first[0]["input_ids"].shape == first[1]["input_ids"].shape
   assert not np.array_equal(first[0]["input_ids"], first[1]["input_ids"])

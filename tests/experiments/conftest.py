@@ -35,7 +35,7 @@ def load_config(name: str, arg: str = "micro", **overrides):
 def micro(tmp_path_factory, micro_world_cache):
   """(world, cache_dir): the micro world loaded once, and the experiments' shared cache."""
   from experiments.configs import toy_world
-  from platonic_jax.data.toyworld import build_world
+  from platonic_jax.worlds import build_world
   from tests.conftest import micro_cache_in_process
   root = tmp_path_factory.mktemp("pj_cache")
   micro_cache_in_process(micro_world_cache, root)  # the session's compiled programs too

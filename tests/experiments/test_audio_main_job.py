@@ -25,7 +25,7 @@ def world(tmp_path_factory):
   path is tested in tests/data/test_audioworld.py, and compiling CLAP's pretraining step costs
   tens of seconds per family on 2 cores. The job below finds them cached."""
   from platonic_jax.core import pretrain as pretrain_lib
-  from platonic_jax.data import audioworld
+  from platonic_jax import worlds
   cache = tmp_path_factory.mktemp("cache")
   config = main_config.get_config("audio_micro").data.world
   config.cache_dir = str(cache)
@@ -33,7 +33,7 @@ def world(tmp_path_factory):
                                                       "cpu_seconds": 0.0, "steps": 0})
   real, pretrain_lib.pretrain = pretrain_lib.pretrain, stub
   try:
-    built = audioworld.build_world(config, log=None)
+    built = worlds.build_world(config, log=None)
   finally:
     pretrain_lib.pretrain = real
   return cache, built
@@ -259,7 +259,8 @@ def test_pretrain_holdout_scores_each_step_count_on_the_same_held_out_batches(tm
   losses are ``pretrain.heldout_loss`` of the cached families on ``heldout_batches``."""
   from experiments.configs import audio_world
   from platonic_jax.core import pretrain as pretrain_lib
-  from platonic_jax.data.audioworld import world as world_lib
+  from platonic_jax import worlds as world_lib
+  from platonic_jax.worlds import audio as audio_lib
   cache, work = tmp_path / "cache", tmp_path / "work"
 
   def stub(module, batches, cfg, **kw):
@@ -290,11 +291,11 @@ def test_pretrain_holdout_scores_each_step_count_on_the_same_held_out_batches(tm
   assert [(r["family"], r["steps"]) for r in h["rows"]] == [
       (f, n) for n in (150, 600) for f in ("clap-a", "clap-b")]
   assert all(r["cached"] and r["train_loss"] == 4.0 for r in h["rows"])
-  pool = world_lib.heldout_pool(configs[150], 64)
+  pool = audio_lib.heldout_pool(configs[150], 64)
   for r in h["rows"]:
     model, _ = world_lib.build_family(configs[r["steps"]], r["family"])
     want = pretrain_lib.heldout_loss(model.module,
-                                     world_lib.heldout_batches(configs[150], r["family"], pool),
+                                     audio_lib.heldout_batches(configs[150], r["family"], pool),
                                      world_lib.pretrain_config(configs[r["steps"]], r["family"]))
     np.testing.assert_allclose(r["heldout_loss"], want, rtol=1e-5)
   by = {(r["family"], r["steps"]): r["heldout_loss"] for r in h["rows"]}

@@ -508,7 +508,8 @@ app.run(main)
 def test_config_variants_and_command_line_subsets():
   from experiments.configs import main as main_config
   from experiments.configs import toy_world
-  from platonic_jax.data.toyworld import tasks as tasks_lib, world as world_lib
+  from platonic_jax import worlds as world_lib
+  from platonic_jax.data.toyworld import tasks as tasks_lib
 
   # the launchers' absl config flags take family and task subsets on the command line
   out = subprocess.run(
@@ -557,7 +558,7 @@ def test_source_fine_tunes_in_threads_are_identical_to_sequential(run, cache, tm
   (each into its own engine cache)."""
   from experiments.configs import main as main_config
   from platonic_jax import pipeline
-  from platonic_jax.data.toyworld import build_world
+  from platonic_jax.worlds import build_world
 
   config = main_config.get_config("micro")
   config.data.world.cache_dir = str(cache)  # the session's micro world
@@ -686,8 +687,8 @@ def test_exported_cells_load_in_transformers_and_score_as_the_cells(run_1se, cac
   import transformers
   from experiments.configs import main as main_config
   from platonic_jax import pipeline
-  from platonic_jax.data.toyworld import build_world
   from platonic_jax.eval import zeroshot
+  from platonic_jax.worlds import build_world
   import platonic_jax as pj
 
   work = run_1se[0]

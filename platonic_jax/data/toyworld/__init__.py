@@ -1,20 +1,18 @@
-"""The embedded toy world: procedural image-caption data, ten tasks, tiny pretrained CLIPs.
+"""The embedded toy world's data: procedural images, captions, ten tasks (no model code).
 
-    from experiments.configs import toy_world
-    from platonic_jax.data.toyworld import build_world
-    world = build_world(toy_world.get_config("micro"))
-    world.tasks["shape"].test       # (images (n, 3, 32, 32) float32, labels (n,) int32)
-    world.models["clip-a"]          # a pretrained DualEncoder
+    from platonic_jax.data.toyworld import render, tasks
+    t = tasks.build_tasks(seed=0, image_size=32, n_train=200, n_test=100, n_probes=50)
+    t["shape"].test                 # (images (n, 3, 32, 32) float32, labels (n,) int32)
 
 Modules: ``render`` (attributes -> images), ``captions`` (attributes -> caption token ids),
-``tasks`` (the ten tasks), ``world`` (families, pretraining, cache), ``zeroshot`` (accuracy
-helpers used to tune the world).
+``tasks`` (the ten tasks). The world's pretrained families are ``platonic_jax.worlds``'
+(``worlds.build_world(config)``, ``worlds.image``); its config helpers are
+``platonic_jax.data.world_config``'s.
 """
 
-from platonic_jax.data.toyworld import captions, render, tasks, world
+from platonic_jax.data.toyworld import captions, render, tasks
 from platonic_jax.data.toyworld.render import ATTRIBUTES
 from platonic_jax.data.toyworld.tasks import CONTROLS, DOWNSTREAM, TASK_SPECS, Task
-from platonic_jax.data.toyworld.world import World, build_family, build_tasks, build_world, hf_config
 
-__all__ = ["ATTRIBUTES", "CONTROLS", "DOWNSTREAM", "TASK_SPECS", "Task", "World", "build_family",
-           "build_tasks", "build_world", "captions", "hf_config", "render", "tasks", "world"]
+__all__ = ["ATTRIBUTES", "CONTROLS", "DOWNSTREAM", "TASK_SPECS", "Task", "captions", "render",
+           "tasks"]

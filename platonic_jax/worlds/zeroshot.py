@@ -1,4 +1,5 @@
-"""Zero-shot and linear-probe accuracy of a model on a toy-world task (for tuning the world).
+"""Zero-shot and linear-probe accuracy of a model on an embedded world's task (for tuning the
+world; the audio world's tasks hold features, which the audio tower embeds).
 
 Zero-shot follows the method's standard head: a class embedding is the mean over templates of
 normalised text embeddings, renormalised; the prediction is the argmax of the normalised image

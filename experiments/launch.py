@@ -124,33 +124,27 @@ def timed_log() -> Callable[[str], None]:
 
 
 def configure(cfg, who: str | None = None) -> list[str]:
-  """Checks and seeds a main-job config before anything is built; returns its task names.
+  """Checks a main-job config before anything is built; returns its task names (the studies'
+  launchers: the main job itself is checked by its experiment's ``check``, once).
 
   Refuses, with a ValueError naming the problem: a config of another experiment (when ``who``,
   the launcher's name, is given: it takes the main job's config only), a list field given as
   a comma list without the tuple syntax (``configs.common.check_name_lists``) and whatever
-  ``pipeline.check_config`` refuses (unknown or repeated tasks and families, fewer than two
-  tasks, an unknown ``selection_rule``, bad strengths or counts). Then ``cfg.seed`` seeds the
-  world and the source fine-tunes.
+  ``main_check.check_main`` refuses.
   """
-  from platonic_jax import pipeline
-
   from experiments.configs.common import check_name_lists
+  from experiments.tables.main_check import check_main
   if who is not None and cfg.get("experiment", "main") != "main":
     raise ValueError(f"{who} takes the main job's config (experiments/configs/main.py)")
   check_name_lists(cfg)
-  names = pipeline.check_config(cfg, world_package(cfg).DOWNSTREAM)
-  with cfg.unlocked():
-    cfg.data.world.seed = cfg.seed
-    cfg.source.seed = cfg.seed
-  return names
+  return check_main(cfg)
 
 
 def check_workdir(workdir: str) -> None:
   """ValueError when ``workdir`` exists and is not a directory, lies under a regular file, or
   cannot be written (read-only permissions or file system; ``sweep.check_writable_dir``):
   refused before building, so a run does not compute for minutes and then fail to write."""
-  from platonic_jax.sweep import check_writable_dir
+  from platonic_jax.engine.sweep import check_writable_dir
   check_writable_dir(workdir, "--workdir")
 
 
@@ -160,7 +154,7 @@ def use_compilation_cache(cfg) -> None:
   ``study.experiment_cache_dir``, as the suite's), so a warm rerun skips compiling them."""
   if not cfg.compilation_cache:
     return
-  from platonic_jax import study
+  from platonic_jax import engine as study
   study.use_compilation_cache(study.experiment_cache_dir(cfg))
 
 
@@ -183,13 +177,13 @@ def build_world(cfg, log: Callable[[str], None] | None = None):
 
 
 def prepare(cfg, who: str, log: Callable[[str], None]):
-  """``(world, pipeline.Prepared)``: the main job's embeddings, sources and operators (its
+  """``(world, main_job.Prepared)``: the main job's embeddings, sources and operators (its
   engine's ``Study`` in ``.study``) for a launcher that compares families
   (``studies.transfer_anatomy``, ``studies.strength_frontier``). Refuses, before building
   anything, what ``configure`` refuses and a config with fewer than two families (no
   cross-model cell to read); then the compilation cache, the world, the embeddings, fine-tunes
   and operators."""
-  from platonic_jax import pipeline
+  from experiments.tables import main_job
 
   configure(cfg, who)
   families = tuple(cfg.data.families) or tuple(cfg.data.world.families)
@@ -197,7 +191,7 @@ def prepare(cfg, who: str, log: Callable[[str], None]):
     raise ValueError(f"{who} needs at least two families, got {list(families)}")
   use_compilation_cache(cfg)
   world = build_world(cfg, log)
-  return world, pipeline.prepare(world, cfg, log)
+  return world, main_job.prepare_world(world, cfg, log)
 
 
 def write_json(workdir: str, name: str, obj) -> str:

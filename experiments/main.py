@@ -20,7 +20,7 @@ WORKDIR/negation.png, and ends by listing them. An audio config (``main.py:audio
 ``main.py:audio_micro``: a world of ``modality`` "audio") runs the same engine on the audio
 world's CLAP families (``platonic_jax.worlds.audio``) and writes the paper's audio-text
 Table 4, 26 and 27 layouts instead. The main job is one experiment of the engine
-(``platonic_jax.pipeline``'s stages on ``platonic_jax.engine``): embeddings, source fine-tunes and
+(its stages on ``platonic_jax.engine``): embeddings, source fine-tunes and
 operators are cached under the engine's cache (``--config.cache_dir``), and each finished cell
 is a record of WORKDIR/cells.jsonl, so a killed run resumes where it stopped when rerun with the
 same command. Slow stages show progress bars with the time
@@ -56,6 +56,17 @@ def workdir() -> str:
   return os.path.expanduser(_WORKDIR.value)
 
 
+def _all_cached(config) -> bool:
+  """Whether every family the main job reads is pretrained in the cache (False for a config
+  naming families the world does not have: the runner refuses it)."""
+  from platonic_jax.worlds import is_cached
+  families = tuple(config.data.families) or tuple(config.data.world.families)
+  try:
+    return all(is_cached(config.data.world, f) for f in families)
+  except (KeyError, ValueError):
+    return False
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # keep Orbax's per-checkpoint info lines out
@@ -64,12 +75,8 @@ def main(argv):
   config = _CONFIG.value
   main_job = config.get("experiment", "main") == "main"
   if main_job:
-    launch.configure(config)  # refuse a bad config before building anything; seed it
-    launch.check_workdir(workdir())
-    from platonic_jax.worlds import is_cached
-    subset = tuple(config.data.families) or None
-    if _KEEP_MEMORY.value and all(is_cached(config.data.world, f)
-                                  for f in subset or tuple(config.data.world.families)):
+    launch.check_workdir(workdir())  # the config is checked once, by the runner (main_job.check)
+    if _KEEP_MEMORY.value and _all_cached(config):
       # Warm runs only: the tunables speed the job up (169 s against 248 s warm, default
       # world, 2 cores) but slow contrastive pretraining down (clip-a 107 s against 75 s).
       from experiments import malloc_env

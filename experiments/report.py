@@ -5,8 +5,9 @@
     python -m experiments.report RESULTS --config_hash=3f2a...            # pick one config
     python -m experiments.report workdir/main                             # the main job's
 
-Each RESULTS (a results.jsonl or a workdir holding one) is read with its torn last line (if
-any) ignored; every experiment found is rendered by its ``experiments.tables`` module into
+Each RESULTS (a workdir or its results file) is read through its sweep file with one reader
+(``sweep.read_records``: a table's results.jsonl, a main job's cells.jsonl), its torn last line
+(if any) ignored; every experiment found is rendered by its ``experiments.tables`` module into
 ``OUT/report.md``, with the figures that module draws (``addition_scatter.png`` and
 ``accumulation.png`` from addition results, Figures 3 and 4; ``negation_strength.png`` from
 strength results, Figure 2), and the corrupt examples the runs left out (the ``skipped.json``
@@ -14,8 +15,8 @@ beside each results file, ``data.skip_corrupt``). OUT defaults to the first RESU
 directory. A file mixing records of several config hashes is an error unless
 ``--config_hash`` picks one. A main job's workdir (``experiments.main`` on the toy world)
 renders as its Table 1 and Table 2 layouts (the audio world's: its Tables 4, 26 and 27) with
-the retention ratios and the method options it departed on (its ``summary.json``). Rendering reads only the records: no model, dataset or
-accelerator is needed.
+the retention ratios and the method options it departed on (its ``summary.json``). Rendering
+reads only the records: no model, dataset or accelerator is needed.
 """
 
 from __future__ import annotations
@@ -29,34 +30,6 @@ from typing import Sequence
 from experiments import tables
 from platonic_jax.atomic import write_bytes as atomic_write
 from platonic_jax.engine.sweep import read_records
-
-
-MAIN_JOB_FIELDS = {"kind", "target", "tasks", "sources", "setting", "method", "accuracy", "delta"}
-
-
-def main_job_records(p: str) -> list[dict] | None:
-  """The records of a main-job results file (``experiments.main`` on the toy world: one
-  record per cell and method, no sweep fields), or None when ``p`` is a sweep's file."""
-  p = _path(p)
-  with open(p) as f:
-    lines = [(i, line) for i, line in enumerate(f) if line.strip()]
-  try:
-    rec = json.loads(lines[0][1]) if lines else None
-  except ValueError:
-    return None  # read_records names the bad line
-  if not isinstance(rec, dict) or "experiment" in rec or not MAIN_JOB_FIELDS <= set(rec):
-    return None
-  out = []
-  for i, line in lines:
-    try:
-      r = json.loads(line)
-    except ValueError as e:
-      raise ValueError(f"{p}, line {i + 1}: not a JSON record ({e})") from None
-    if not isinstance(r, dict) or not MAIN_JOB_FIELDS <= set(r):
-      raise ValueError(f"{p}, line {i + 1}: not a main-job record (needs "
-                       f"{sorted(MAIN_JOB_FIELDS)})")
-    out.append(r)
-  return out
 
 
 def render_main_job(records: Sequence[dict], summary: dict | None) -> str:
@@ -81,8 +54,16 @@ def render_main_job(records: Sequence[dict], summary: dict | None) -> str:
 
 
 def _path(p: str) -> str:
+  """The sweep file of a workdir or results file, read the same way for every experiment
+  (``sweep.read_records``): a table's results.jsonl, or a main job's cells.jsonl (its
+  results.jsonl is the flattened export beside it)."""
+  from experiments.tables import main_job
   if os.path.isdir(p):
-    p = os.path.join(p, tables.RESULTS)
+    cells = os.path.join(p, main_job.CELLS)
+    p = cells if os.path.isfile(cells) else os.path.join(p, tables.RESULTS)
+  elif os.path.basename(p) == tables.RESULTS:
+    cells = os.path.join(os.path.dirname(os.path.abspath(p)), main_job.CELLS)
+    p = cells if os.path.isfile(cells) else p
   if not os.path.isfile(p):
     raise FileNotFoundError(f"no results file at {p}")
   return p
@@ -129,11 +110,18 @@ def skipped(paths: Sequence[str]) -> dict[str, list[str]]:
 
 
 def render(by_experiment: dict[str, list[dict]],
-           skipped_examples: dict[str, list[str]] | None = None) -> str:
+           skipped_examples: dict[str, list[str]] | None = None,
+           summary: dict | None = None) -> str:
+  """report.md's text: per experiment its tables (``render`` of its module; the main job's with
+  the retentions and departures of its ``summary``), then the corrupt examples left out."""
+  from experiments.tables import main_job
   parts = ["# Results\n"]
   for exp in tables.EXPERIMENTS:
     if exp in by_experiment:
       recs = by_experiment[exp]
+      if exp == main_job.NAME:
+        parts.append(render_main_job(main_job.flatten(recs), summary))
+        continue
       parts.append(f"## {exp} ({len(recs)} cells, config {recs[0]['config_hash'][:12]})\n")
       parts.append(tables.get(exp).render(recs))
   if skipped_examples:
@@ -152,25 +140,22 @@ def figures(by_experiment: dict[str, list[dict]], out_dir: str) -> list[str]:
 
 def write(paths: Sequence[str], out_dir: str | None = None,
           config_hash: str | None = None) -> tuple[str, list[str]]:
-  """Writes OUT/report.md and the figures; returns (report path, png paths). A main job's
-  workdir (or results file) renders as ``render_main_job``; its negation.png stays beside it."""
-  mains, sweeps = [], []
-  for p in paths:
-    recs = main_job_records(p)
-    (sweeps if recs is None else mains).append((p, recs))
-  by_exp = load([p for p, _ in sweeps], config_hash) if sweeps else {}
-  if not by_exp and not any(recs for _, recs in mains):
+  """Writes OUT/report.md and the figures; returns (report path, png paths). Every workdir (or
+  results file) is read through its sweep file (``_path``, ``load``); a main job's renders
+  with the summary.json beside it, and its negation.png stays there."""
+  by_exp = load(paths, config_hash)
+  if not any(by_exp.values()):
     raise ValueError(f"no records in {list(paths)}")
   out_dir = out_dir or os.path.dirname(os.path.abspath(_path(paths[0])))
   os.makedirs(out_dir, exist_ok=True)
-  text = render(by_exp, skipped([p for p, _ in sweeps])) if by_exp else "# Results\n"
-  for p, recs in mains:
-    if recs:
-      summary_path = os.path.join(os.path.dirname(os.path.abspath(_path(p))), "summary.json")
-      summary = json.load(open(summary_path)) if os.path.isfile(summary_path) else None
-      text += "\n" + render_main_job(recs, summary)
+  summary = None
+  for p in paths:
+    f = os.path.join(os.path.dirname(os.path.abspath(_path(p))), "summary.json")
+    if os.path.isfile(f):
+      with open(f) as fh:
+        summary = json.load(fh)
   md = os.path.join(out_dir, "report.md")
-  atomic_write(md, text.encode())
+  atomic_write(md, render(by_exp, skipped(paths), summary).encode())
   return md, figures(by_exp, out_dir)
 
 

@@ -11,7 +11,7 @@ The weights are drawn on the host from ``numpy.random.RandomState(seed)`` (the s
 every machine), scaled so activations stay O(1): layer norms near 1, small biases, kernels
 scaled by their fan-in. The tokenizer is a word-level tokenizer over ``VOCAB`` (other words
 map to ``[UNK]``); images are ``IMAGE_SIZE`` pixels square. The configs (``tiny_config``) are
-small versions of the parity tests' (``tests/fixtures.py``, ``tests/siglip_fixtures.py``): the
+small versions of the parity tests' (``tests/helpers/fixtures.py``, ``tests/helpers/siglip_fixtures.py``): the
 model computes what its family computes, on random weights.
 """
 

@@ -97,7 +97,7 @@ def link_compiled(micro_world_cache: str, engine_cache) -> str:
   """Makes ``engine_cache`` (an engine's cache directory, ``--config.cache_dir``; created if
   missing) keep its compiled XLA programs (``study.compilation_cache_dir``: its ``xla/``) in the
   session's one compilation cache. Returns ``engine_cache`` as a string."""
-  from platonic_jax import study
+  from platonic_jax import engine as study
   os.makedirs(engine_cache, exist_ok=True)
   os.symlink(os.path.join(micro_world_cache, "xla"), study.compilation_cache_dir(str(engine_cache)))
   return str(engine_cache)
@@ -108,7 +108,7 @@ def micro_cache_in_process(micro_world_cache: str, cache_root) -> str:
   (``cache_root/experiments``, the launchers' default), and this process's compiled programs
   persisted in (and loaded from) it, as the launchers' runs on the micro world do. Returns
   ``cache_root`` as a string."""
-  from platonic_jax import study
+  from platonic_jax import engine as study
   root = link_micro_world(micro_world_cache, cache_root)
   study.use_compilation_cache(link_compiled(micro_world_cache, os.path.join(root, "experiments")))
   return root

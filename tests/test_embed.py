@@ -13,7 +13,7 @@ import pytest
 import platonic_jax as pj
 from platonic_jax import embed as embed_lib
 from platonic_jax.models.preprocess import ImagePreprocessor
-from tests import fixtures
+from tests.helpers import fixtures
 
 torch = pytest.importorskip("torch")
 NAME = "grid5_quick"
@@ -45,7 +45,7 @@ SHARDED = textwrap.dedent("""
     import platonic_jax as pj
     from platonic_jax import embed as E
     from platonic_jax.parallel.mesh import data_mesh
-    from tests import fixtures
+    from tests.helpers import fixtures
     assert jax.device_count() == 8, jax.devices()
     model = pj.load_model(sys.argv[1])
     x = fixtures.random_pixels(21, "grid5_quick")

@@ -51,7 +51,7 @@ Fields:
     differently (docs/results/calibration.md).
   adapter: the adapter realization (rank 16, steps, lr, batch, keep). It fits each term's
     probes. cells: how many addition and how many negation cells it runs on, in all (a seeded
-    subset that the output names; ``pipeline.choose_adapter_cells``, not the suite's count per
+    subset that the output names; ``main_job.choose_adapter_cells``, not the suite's count per
     setting). cells = 8 gives each of the four targets one same-model and one cross-model cell
     of each kind; at 4 every target had one setting only (clip-a and clip-c same-model, clip-b
     and siglip-d cross-model). 300 steps at lr 1e-2 (batch 32) is the recipe METHOD's
@@ -66,7 +66,7 @@ Fields:
     direction outside the grid's class span free and the LoRA moves them, which the controls
     read (docs/results/source_steps_and_keep.md, docs/results/lookalike_world.md).
   distinct_sources: off: a cross-model cell of the main job draws both terms from one other
-    family (``pipeline.cells``).
+    family (``main_job.main_cells``).
   negation_strengths: the strengths of Figure 2's curve (a non-empty list of finite numbers
     >= 0).
   workers: source fine-tunes run at once, in threads (``Study.sources``): the
@@ -95,7 +95,7 @@ Fields:
     of their mean, or "majority": a vote of their signs); center: Theseus centres activations before matching (off, as
     the reference); batch: images per forward pass of both; adapter_cells: the adapter's
     cells in the block per kind, a seeded draw of their own
-    (``pipeline.choose_same_architecture_adapter_cells``), outside ``adapter.cells``.
+    (``main_job.choose_same_architecture_adapter_cells``), outside ``adapter.cells``.
   export_cells: cells whose edited target the job writes as a Hugging Face checkpoint under
     WORKDIR/export/ (the cell's closed-form edits at its strength, folded in through the
     target's route: the last projection of a CLIP family, ``fc2`` of the SigLIP head):
@@ -114,8 +114,19 @@ AUDIO_VARIANTS = ("audio", "audio_micro")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  if arg in AUDIO_VARIANTS:
-    return audio_config(arg)
+  return _bind_seed(audio_config(arg) if arg in AUDIO_VARIANTS else _image_config(arg))
+
+
+def _bind_seed(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """``seed`` seeds the world and the source fine-tunes: ``data.world.seed`` and ``source.seed``
+  are references to it (``--config.seed=N`` sets all three; nothing writes into the config
+  after it is parsed)."""
+  c.data.world.seed = c.get_ref("seed")
+  c.source.seed = c.get_ref("seed")
+  return c
+
+
+def _image_config(arg: str | None) -> ml_collections.ConfigDict:
   variant = toy_world.check_variant(arg, "main-job")
   # The default and micro worlds with their same-architecture twins (the base families are the
   # same models, same cache keys, as in the worlds without them).
@@ -179,7 +190,7 @@ def audio_config(arg: str) -> ml_collections.ConfigDict:
   from experiments.configs import audio_world
   from platonic_jax.data.audioworld import COMPOSED
   micro = arg == "audio_micro"
-  c = get_config("micro" if micro else None)
+  c = _image_config("micro" if micro else None)
   c.variant = arg
   c.data.world = audio_world.get_config("micro" if micro else None)
   c.data.tasks = tuple(COMPOSED)

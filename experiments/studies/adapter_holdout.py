@@ -5,11 +5,11 @@
         --recipes=20:5e-3,40:5e-3
 
 Builds (or loads) the config's toy world, fine-tunes only the sources the adapter cells need
-(``pipeline.choose_adapter_cells``, as the main job picks them), and for every cell and recipe
+(``main_job.choose_adapter_cells``, as the main job picks them), and for every cell and recipe
 ``STEPS:LR`` fits the adapter on 80 % of each term's probes and prints the reproduction error
 on those and on the held-out 20 % (``core.adapter.held_out_errors``), then each recipe's mean
 held-out error. Rank, batch, seed and ``keep`` come from the config
-(``pipeline.adapter_kwargs``). No label enters the criterion;
+(``engine.adapter_kwargs``). No label enters the criterion;
 the labels only trained the sources, as in the main job.
 """
 
@@ -53,7 +53,9 @@ def main(argv):
   launch.start_study(_PROGRESS.value)  # first: before anything touches a JAX device
   import numpy as np
 
-  from platonic_jax import pipeline
+  from experiments.tables import main_job
+  from experiments.tables.main_check import main_families
+  from platonic_jax.engine import adapter_kwargs
   from platonic_jax.core import adapter
 
   recipes = parse_recipes(_RECIPES.value)
@@ -62,11 +64,11 @@ def main(argv):
   launch.use_compilation_cache(cfg)  # the main job's compiled programs, as the other launchers
   world = launch.build_world(cfg)
   models = world.models
-  chosen = pipeline.choose_adapter_cells(pipeline.main_families(list(models), cfg), names,
+  chosen = main_job.choose_adapter_cells(main_families(list(models), cfg), names,
                                          cfg.adapter.cells, cfg.seed)
   cells = [(tg, c[0], c[1][0], sign) for sign, key in ((1.0, "addition"), (-1.0, "negation"))
            for tg, c in chosen[key]]
-  study = pipeline.make_study(world, cfg, names, log=lambda _: None)  # the main job's engine
+  study = main_job.make_study_of(world, cfg, names, log=lambda _: None)  # the main job's engine
   study.sources([(s, t) for _, ts, s, _ in cells for t in ts])
   held = {r: [] for r in recipes}
   for tg, ts, s, sign in cells:
@@ -77,7 +79,7 @@ def main(argv):
       t0 = time.time()
       e_fit, e_held = adapter.held_out_errors(
           models[tg], desc, probes, G, held_fraction=_HELD.value,
-          **dict(pipeline.adapter_kwargs(cfg), steps=steps, lr=lr))
+          **dict(adapter_kwargs(cfg), steps=steps, lr=lr))
       held[(steps, lr)].append(float(np.mean(e_held)))
       print(f"{label:<40s} {steps:>5d} steps lr {lr:<7g} fit {np.round(e_fit, 3)} "
             f"held {np.round(e_held, 3)}  ({time.time() - t0:.1f}s)", flush=True)

@@ -57,7 +57,8 @@ def main(argv):
   import jax.numpy as jnp
   import numpy as np
 
-  from platonic_jax import pipeline
+  from experiments.tables import main_job
+  from experiments.tables.main_check import main_families
   from platonic_jax.core import train
   from platonic_jax.validate import check_fraction
 
@@ -70,10 +71,10 @@ def main(argv):
   launch.check_workdir(_WORKDIR.value)
   launch.use_compilation_cache(cfg)
   world = launch.build_world(cfg)
-  study = pipeline.make_study(world, cfg, names, log=lambda _: None)
+  study = main_job.make_study_of(world, cfg, names, log=lambda _: None)
   r = cfg.source
   rows = []
-  for m in pipeline.main_families(list(world.models), cfg):
+  for m in main_families(list(world.models), cfg):
     for t in names:
       task, G = study.task(t), study.heads(m, [t])[0]  # the text head alone: no image embedded
       X, y = study.pixels(m, task.train[0]), np.asarray(task.train[1])

@@ -10,7 +10,7 @@ source fine-tunes, the same label-free selection), then re-picks every operator 
 held-out error table by each of ``platonic_jax.eval.frontier.PICKS`` ("min": METHOD's rule;
 "1se": the one-standard-error rule; "cap2": the smallest rank cap) and evaluates every addition
 and negation cell at the main job's strengths times each of ``--multipliers``, the consensus
-cells (``pipeline.CONSENSUS``) as a third setting. At multiplier 1, "min" reproduces the default
+cells (``analysis.CONSENSUS``) as a third setting. At multiplier 1, "min" reproduces the default
 main job's closed-form (cross model), oracle (same model) and consensus rows (and "1se" those of
 ``--config.selection_rule=1se``). A map of
 the trade, not a way to choose a strength: choosing one on these rows would choose it by the

@@ -82,7 +82,7 @@ def repick(ops: Mapping[tuple, Operator], emb, descriptor: Callable, pick: str,
   re-solved ones carry no ``selection`` (the table's chosen pair would not be theirs).
 
   Args:
-    ops: the main job's operators (``pipeline.prepare``; random-UTD sources are skipped).
+    ops: the main job's operators (the main job's ``prepare_world``; random-UTD sources are skipped).
     emb: {model: {task: TaskEmbeddings}} (the probes and class embeddings solved against).
     descriptor: ``(target, task, source) -> Descriptor``, the one each operator solved
       (``Study.descriptor(source, task, target=target)``).

@@ -1,7 +1,7 @@
 """The text layouts of the paper's Table 1 (addition) and Table 2 (negation), and of its
 audio-text Table 4 (negation, with the retained tasks) and Table 26 (addition), one for every
-experiment: the main job's printed tables (``pipeline.format_tables``,
-``pipeline.format_audio_tables``) and the suite's (``experiments/tables/addition.py``,
+experiment: the main job's printed tables (``main_job_tables``, ``audio_job_tables``, on its
+flattened records: one per cell and method) and the suite's (``experiments/tables/addition.py``,
 ``negation.py``, rendered by ``experiments.report``).
 
 Each experiment turns its records into ``Row``s, one per (cell, method); ``method_tables``
@@ -25,6 +25,7 @@ SETTINGS = {"same_model": "Source and target are the same model",
             "same_architecture": "Different models within one architecture (weight-space: the "
                                  "source's task vectors added untransported)",
             "cross_model": "Source and target are different models",
+            "two_sources": "Two distinct sources onto a third model",
             "mixed": "One source is the target"}
 METHODS = {"weight_space": "Weight-space arithmetic", "gradfix": "GradFix",
            "theseus": "Theseus", "closed_form": "Ours, closed form",
@@ -213,3 +214,74 @@ def table26(rows: Sequence[Row], tasks: Sequence[str], controls: Sequence[str],
   return text_tables(rows, list(tasks) + list(controls),
                      title=f"Table 26: audio-text addition (closed form at {at}, adapter at "
                            "full strength)", methods=TABLE26_METHODS)
+
+
+def audio_rows(records: Sequence[dict], kind: str, groups) -> list:
+  """``Row``s of the audio job's records of ``kind``, one per record: column ``i`` the
+  mean over the task names ``groups[i](record)`` (``grouped_row``), against the record's
+  zero-shot (its accuracy less its change)."""
+  return [grouped_row(r["setting"], r["method"], r["accuracy"],
+                      {t: r["accuracy"][t] - r["delta"][t] for t in r["accuracy"]},
+                      [g(r) for g in groups])
+          for r in records if r["kind"] == kind]
+
+
+def audio_job_tables(records: Sequence[dict], controls: Sequence[str], *,
+                     alpha: float | None = 0.5, negation_lambda: float | None = 1.0) -> str:
+  """The paper's audio-text tables on the audio job's records (``main_job.audio_cells``); a
+  strength given as None (a report that has only the records) is named without its value.
+
+  Table 4 (negation): columns the removed task, the retained task(s) and the controls; a block
+  per setting. Table 26 (addition): the composed tasks and the controls over the cross-model
+  cells (two distinct sources onto a third with ``distinct_sources``), and the same-model cells
+  beside it. Both in the layout every experiment prints them in (``table4`` and
+  ``table26``): mean accuracy in percent and, in brackets, the change from the zero-shot
+  of the row's own cells; "Zero-shot, adapter runs" is the zero-shot of the adapter's cells.
+  Table 27: each cross-model closed-form addition cell, its accuracies on the two tasks and the
+  controls (zero-shot in brackets).
+  """
+  ctrl = [(lambda r, c=c: [c]) for c in controls]
+  negation = audio_rows(records, "negation", [lambda r: r["tasks"][:1],
+                                              lambda r: r.get("retained_tasks") or r["tasks"][:1]]
+                        + ctrl)
+  addition = audio_rows(records, "addition", [lambda r: r["tasks"][:1],
+                                              lambda r: r["tasks"][1:2]] + ctrl)
+  tasks = next((list(r["tasks"]) for r in records if r["kind"] == "addition"),
+               ["Task A", "Task B"])
+  lines = []
+  for text in (table4(negation, controls, negation_lambda),
+               table26(addition, tasks, controls, alpha)):
+    lines += ["", text] if text else []
+  cross = [r for r in records if r["kind"] == "addition" and r["setting"] == "cross_model"
+           and r["method"] == "closed_form"]
+  if cross:
+    tasks = cross[0]["tasks"]
+    at = "alpha" if alpha is None else f"alpha = {alpha:g}"
+    lines += ["", f"Table 27: audio addition per cross-model cell, closed form at {at}; "
+              f"{' / '.join(list(tasks) + list(controls))} accuracy % (zero-shot)",
+              f"{'Source (' + tasks[0] + ')':<18s}{'Source (' + tasks[1] + ')':<18s}"
+              f"{'Target':<10s}Ours"]
+    for r in cross:
+      keys = list(r["tasks"]) + list(controls)
+      lines.append(f"{r['sources'][0]:<18s}{r['sources'][1]:<18s}{r['target']:<10s}"
+                   + " / ".join(f"{r['accuracy'][t]:.1f} ({r['accuracy'][t] - r['delta'][t]:.1f})"
+                                for t in keys))
+  return "\n".join(lines)
+
+
+def main_job_tables(records: Sequence[dict], controls: Sequence[str]) -> str:
+  """The paper's Table 1 (addition) and Table 2 (negation) in the layout every experiment
+  prints them in (``platonic_jax.eval.layout``: each entry a mean accuracy in percent with its
+  change in points from the zero-shot of the row's own cells, and the row's cell count)."""
+
+  def rows(kind):
+    out = []
+    for r in records:
+      if r["kind"] == kind:
+        keys = list(r["tasks"]) + list(controls)
+        acc = [r["accuracy"][t] for t in keys]
+        out.append(Row(r["setting"], r["method"], acc,
+                       [a - r["delta"][t] for a, t in zip(acc, keys)]))
+    return out
+  return "\n".join(x for x in (table1(rows("addition"), controls),
+                               table2(rows("negation"), controls)) if x)

@@ -14,7 +14,7 @@ from safetensors.numpy import load_file, save_file
 import platonic_jax as pj
 from platonic_jax.convert import checkpoint
 from platonic_jax.models.preprocess import ImagePreprocessor
-from tests import eva_fixtures, fixtures
+from tests.helpers import eva_fixtures, fixtures
 
 torch = pytest.importorskip("torch")
 NAME = "grid7_gelu"

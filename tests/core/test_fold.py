@@ -7,7 +7,7 @@ import platonic_jax as pj
 from platonic_jax.core.fold import fold
 from platonic_jax.core.grid import make_grid
 from platonic_jax.core.operator import Operator
-from tests import fixtures
+from tests.helpers import fixtures
 
 torch = pytest.importorskip("torch")
 NAME = "grid5_quick"

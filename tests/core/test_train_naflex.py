@@ -14,7 +14,7 @@ from platonic_jax.core import adapter, baselines, head_edit, lora, train
 from platonic_jax.core.descriptor import Descriptor
 from platonic_jax.core.grid import make_grid
 from platonic_jax.models.preprocess import NaflexInputs
-from tests import siglip_fixtures as fx
+from tests.helpers import siglip_fixtures as fx
 
 pytest.importorskip("torch")
 NAME = "naflex4_tanh"  # patch 4, a 4x4 position grid; max_num_patches 20
@@ -227,7 +227,7 @@ def test_bad_naflex_inputs_to_the_trainers_are_named(naflex):
 
 
 def test_naflex_inputs_to_a_model_without_a_naflex_tower_are_named(naflex, tmp_path):
-  from tests import fixtures
+  from tests.helpers import fixtures
   _, x, labels, _ = naflex
   fixtures.save_hf_clip(tmp_path, "grid5_quick")
   clip = pj.load_model(str(tmp_path))

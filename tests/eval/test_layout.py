@@ -5,7 +5,6 @@ zero-shot of its own cells, with its cell count."""
 
 from experiments.tables import addition
 from experiments.tables import common as C
-from platonic_jax import pipeline
 from platonic_jax.eval import layout
 
 
@@ -34,7 +33,7 @@ def test_main_job_and_suite_print_table1_the_same_way():
       ("cross_model", {"closed_form": 50.0, "oracle": 60.0, "adapter": 40.0}, 20.0),
       ("cross_model", {"closed_form": 60.0, "oracle": 70.0}, 40.0),
       ("same_model", {"closed_form": 45.0, "weight_space": 41.0}, 40.0)])
-  ours, theirs = addition.table1(suite), pipeline.format_tables(main, ["c"])
+  ours, theirs = addition.table1(suite), layout.main_job_tables(main, ["c"])
   body = lambda s: s[s.index("\n"):]  # the title names alpha where the records hold it
   assert "alpha = 0.5" in ours.splitlines()[0] and body(ours) == body(theirs)
   rows = _rows(ours.split("different models")[1])
@@ -96,7 +95,7 @@ def test_suite_audio_negation_prints_the_audio_main_jobs_table4():
   ours = negation.render(suite)
   assert ours.startswith("```\n") and ours.endswith("\n```\n")
   ours = ours[4:-5]
-  theirs = pipeline.format_audio_tables(main, ["c"], negation_lambda=1.0).strip()
+  theirs = layout.audio_job_tables(main, ["c"], negation_lambda=1.0).strip()
   assert ours == theirs  # one layout: the same text for the same cells, nothing else printed
   lines = ours.splitlines()
   assert lines[0].startswith("Table 4: audio-text negation at lambda = 1;")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import main as main_config
-from platonic_jax import pipeline
+from experiments.tables import main_check, main_job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXPORTS = ("clap-a<-clap-b:envelope+count", "clap-b<-clap-a:-count")
@@ -64,15 +64,15 @@ def test_audio_config_variants():
   two = main_config.get_config("audio")
   two.data.families = ("clap-a", "clap-b")
   with pytest.raises(ValueError, match="distinct_sources .* at least three families"):
-    pipeline.check_config(two, ("envelope", "count", "timbre"))
+    main_check.check_config(two, ("envelope", "count", "timbre"))
   with pytest.raises(ValueError, match="unknown main-job variant 'audio-micro'"):
     main_config.get_config("audio-micro")
 
 
 def test_audio_cells_compose_two_distinct_sources_onto_a_third():
   models, names = ["a", "b", "c"], ["x", "y"]
-  chosen = pipeline.choose_adapter_cells(models, names, 3, 0, layout="audio", distinct=True)
-  cells = pipeline.audio_cells(models, names, chosen, distinct=True)
+  chosen = main_job.choose_adapter_cells(models, names, 3, 0, layout="audio", distinct=True)
+  cells = main_job.audio_cells(models, names, chosen, distinct=True)
   add = [c for c in cells if c["kind"] == "addition"]
   neg = [c for c in cells if c["kind"] == "negation"]
   # per target: same-model, two ordered pairs of the other two families, the consensus
@@ -88,7 +88,7 @@ def test_audio_cells_compose_two_distinct_sources_onto_a_third():
     assert c["target"] not in c["sources"] and len(set(c["sources"])) == 2
   assert all(c["sources"] == [c["target"]] for c in marked_neg)
   # without distinct sources (two families) a cross-model cell takes one other family twice
-  two = pipeline.audio_cells(["a", "b"], names, {"addition": [], "negation": []}, distinct=False)
+  two = main_job.audio_cells(["a", "b"], names, {"addition": [], "negation": []}, distinct=False)
   assert [tuple(c["sources"]) for c in two if c["kind"] == "addition" and c["target"] == "a"] == [
       ("a", "a"), ("b", "b"), ("consensus", "consensus")]
 
@@ -150,7 +150,7 @@ def test_exported_cells_load_in_transformers_and_score_as_the_cells(run, world):
   assert sorted(summary["exports"]) == sorted(EXPORTS)
   recs = [json.loads(l) for l in open(os.path.join(work, "results.jsonl"))]
   for spec, rel in summary["exports"].items():
-    kind, tg, s, cell_tasks = pipeline.parse_cell(spec)
+    kind, tg, s, cell_tasks = main_check.parse_cell(spec)
     path = os.path.join(work, rel)
     hf = transformers.ClapModel.from_pretrained(path).eval()
     (rec,) = [r for r in recs if r["method"] == "closed_form" and r["kind"] == kind
@@ -196,7 +196,7 @@ def _prompt_tokenizer(model, spec, ckpt):
 
 def _audio_study(tmp_path, models, tasks=("gtzan",)):
   from experiments.configs import table2_negation
-  from platonic_jax import study as study_lib
+  from platonic_jax import engine as study_lib
   config = table2_negation.get_config("audio")
   config.data.models = models
   config.data.root = str(tmp_path / "data")

@@ -92,7 +92,7 @@ UNWRITABLE = ["main.py:micro", "table1_addition.py:micro"]  # configs whose work
 
 def _run_refusals(root, module, cases):
   """Each of ``cases`` (``(key, args)``) run as ``python -m module args`` would run it, all in one
-  process (``tests.launcher_refusals``: one import of JAX and transformers per launcher, not per
+  process (``tests.helpers.launcher_refusals``: one import of JAX and transformers per launcher, not per
   command line), each with its own empty cache and workdir. Returns ``key -> (error, case
   dir)``: the exception ``main`` raised ("Type: message", None when it returned)."""
   root = os.path.join(root, module)
@@ -105,7 +105,7 @@ def _run_refusals(root, module, cases):
     json.dump(spec, f)
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   out = subprocess.run(
-      [sys.executable, "-m", "tests.launcher_refusals", module, os.path.join(root, "cases.json"),
+      [sys.executable, "-m", "tests.helpers.launcher_refusals", module, os.path.join(root, "cases.json"),
        os.path.join(root, "out.json")], cwd=ROOT, env=env, capture_output=True, text=True,
       timeout=600)
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -445,7 +445,7 @@ def test_source_holdout_scores_each_step_count_and_lr_on_held_out_training_rows(
   """experiments.studies.source_holdout on the micro world: one row per family, task, step
   count and lr; each task's training rows split into fit and held-out rows; fine-tuning longer,
   or at another lr, changes the held-out accuracy somewhere."""
-  from platonic_jax import pipeline
+  from experiments.tables import main_check, main_job  # noqa: F401
   from experiments import launch
   from experiments.configs import main as main_config
   env = dict(os.environ, PLATONIC_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu")
@@ -459,8 +459,8 @@ def test_source_holdout_scores_each_step_count_and_lr_on_held_out_training_rows(
   with open(os.path.join(tmp_path, "source_holdout.json")) as f:
     h = json.load(f)
   cfg = main_config.get_config("micro")
-  families = pipeline.main_families(list(cfg.data.world.families), cfg)
-  tasks = pipeline.task_names(cfg, launch.world_package(cfg).DOWNSTREAM)
+  families = main_check.main_families(list(cfg.data.world.families), cfg)
+  tasks = main_check.task_names(cfg, launch.world_package(cfg).DOWNSTREAM)
   assert h["steps"] == [2, 12] and h["lrs"] == [2e-2, 5e-3] and h["held_fraction"] == 0.2
   assert [(r["family"], r["task"], r["steps"], r["lr"]) for r in h["rows"]] == [
       (m, t, n, lr) for m in families for t in tasks for n in (2, 12) for lr in (2e-2, 5e-3)]
@@ -557,7 +557,7 @@ def test_source_fine_tunes_in_threads_are_identical_to_sequential(run, cache, tm
   """``Study.sources`` with two workers trains, stores and loads the same sources as one worker
   (each into its own engine cache)."""
   from experiments.configs import main as main_config
-  from platonic_jax import pipeline
+  from experiments.tables import main_check, main_job  # noqa: F401
   from platonic_jax.worlds import build_world
 
   config = main_config.get_config("micro")
@@ -570,7 +570,7 @@ def test_source_fine_tunes_in_threads_are_identical_to_sequential(run, cache, tm
   runs = {}
   for w in (1, 2):
     config.cache_dir = str(tmp_path / f"workers{w}")
-    runs[w] = pipeline.make_study(world, config, names, log=lambda _: None).sources(pairs,
+    runs[w] = main_job.make_study_of(world, config, names, log=lambda _: None).sources(pairs,
                                                                                      workers=w)
   assert list(runs[1]) == list(runs[2]) == pairs
   for key, src in runs[1].items():
@@ -579,7 +579,7 @@ def test_source_fine_tunes_in_threads_are_identical_to_sequential(run, cache, tm
     np.testing.assert_array_equal(np.asarray(other.descriptor.only.U),
                                   np.asarray(src.descriptor.only.U))
     assert other.descriptor.only.provenance == src.descriptor.only.provenance
-  study = pipeline.make_study(world, config, names, log=lambda _: None)
+  study = main_job.make_study_of(world, config, names, log=lambda _: None)
   for bad in (0, -1):
     with pytest.raises(ValueError, match="workers must be a positive integer"):
       study.sources(pairs, workers=bad)
@@ -587,7 +587,7 @@ def test_source_fine_tunes_in_threads_are_identical_to_sequential(run, cache, tm
 
 @pytest.mark.parametrize("models", [("a", "b"), ("a", "b", "c"), ("a", "b", "c", "d")])
 def test_adapter_cells_give_every_target_both_settings(models):
-  from platonic_jax.pipeline import choose_adapter_cells
+  from experiments.tables.main_job import choose_adapter_cells
   names = ("shape", "color", "size", "fill")
   m = len(models)
   for seed in (0, 1):
@@ -686,7 +686,7 @@ def test_exported_cells_load_in_transformers_and_score_as_the_cells(run_1se, cac
   import torch
   import transformers
   from experiments.configs import main as main_config
-  from platonic_jax import pipeline
+  from experiments.tables import main_check, main_job  # noqa: F401
   from platonic_jax.eval import zeroshot
   from platonic_jax.worlds import build_world
   import platonic_jax as pj
@@ -699,7 +699,7 @@ def test_exported_cells_load_in_transformers_and_score_as_the_cells(run_1se, cac
   config.data.world.cache_dir = str(cache)
   world = build_world(config.data.world, log=None)
   for spec, rel in summary["exports"].items():
-    kind, tg, s, cell_tasks = pipeline.parse_cell(spec)
+    kind, tg, s, cell_tasks = main_check.parse_cell(spec)
     path = os.path.join(work, rel)
     siglip = tg.startswith("siglip")
     hf = (transformers.SiglipModel if siglip else transformers.CLIPModel).from_pretrained(
@@ -791,15 +791,15 @@ def test_killed_main_job_reruns_to_the_uninterrupted_results(run, cache, tmp_pat
   again: they are the cold run's, bit for bit."""
   from experiments import launch, tables
   from experiments.configs import main as main_config
-  from platonic_jax import pipeline
-  from platonic_jax.sweep import read_records
+  from experiments.tables import main_check, main_job  # noqa: F401
+  from platonic_jax.engine.sweep import read_records
 
   work, _ = run
-  lines = open(os.path.join(work, pipeline.CELLS)).read().splitlines(keepends=True)
+  lines = open(os.path.join(work, main_job.CELLS)).read().splitlines(keepends=True)
   # micro: 2 targets x (3 pairs + 3 tasks) x (2 sources + consensus), and the same-architecture
   # block's 2 ordered pairs x (3 pairs + 3 tasks)
   assert len(lines) == 48
-  with open(tmp_path / pipeline.CELLS, "w") as f:  # killed after 2 cells, mid-write
+  with open(tmp_path / main_job.CELLS, "w") as f:  # killed after 2 cells, mid-write
     f.write("".join(lines[:2]) + lines[2][:50])
   cfg = main_config.get_config("micro")
   cfg.data.world.cache_dir = str(cache)
@@ -807,26 +807,88 @@ def test_killed_main_job_reruns_to_the_uninterrupted_results(run, cache, tmp_pat
   built = []
   world = launch.build_world(cfg, log=built.append)
   assert built and all("loaded from cache" in l for l in built), built  # nothing pretrained
-  real, calls = pipeline.compute_cell, []
+  real, calls = main_job.compute, []
 
   def dying(*args, **kwargs):
     if len(calls) == 2:
       raise Killed()
-    calls.append(args[3])
+    calls.append(args[2])
     return real(*args, **kwargs)
-  monkeypatch.setattr(pipeline, "compute_cell", dying)
+  monkeypatch.setattr(main_job, "compute", dying)
   with pytest.raises(Killed):
     tables.run(cfg, str(tmp_path), log=lambda s: None, world=world)
-  assert len(read_records(str(tmp_path / pipeline.CELLS))[0]) == 4  # 2 + the two before the kill
-  assert sorted(os.listdir(tmp_path)) == [pipeline.CELLS]  # no output written
-  monkeypatch.setattr(pipeline, "compute_cell",
-                      lambda *a, **k: calls.append(a[3]) or real(*a, **k))
+  assert len(read_records(str(tmp_path / main_job.CELLS))[0]) == 4  # 2 + the two before the kill
+  assert sorted(os.listdir(tmp_path)) == [main_job.CELLS]  # no output written
+  monkeypatch.setattr(main_job, "compute",
+                      lambda *a, **k: calls.append(a[2]) or real(*a, **k))
   summary = tables.run(cfg, str(tmp_path), log=lambda s: None, world=world).summary
   assert len(calls) == 46 and calls[:2] != calls[2:4]  # every missing cell once, no other
   assert len({json.dumps(c, sort_keys=True) for c in calls[2:]}) == 44
   want = open(os.path.join(work, "results.jsonl")).read()
   assert open(tmp_path / "results.jsonl").read() == want
-  assert open(tmp_path / pipeline.CELLS).read() == "".join(lines)
+  assert open(tmp_path / main_job.CELLS).read() == "".join(lines)
   first = json.load(open(os.path.join(work, "summary.json")))
   assert summary.pop("runtime_s") >= 0 and first.pop("runtime_s") > 0
+  for s in (summary, first):  # what produced each run: its stages' times differ
+    assert s.pop("provenance")["timings"]["stages"]
   assert json.loads(json.dumps(summary)) == first
+
+
+def _params_digest(model) -> str:
+  """sha256 of a model's parameters (paths, dtypes, shapes, bytes): whether two pretrained
+  families are the same numbers."""
+  import hashlib
+
+  import jax
+  from flax import nnx
+  h = hashlib.sha256()
+  leaves = jax.tree_util.tree_leaves_with_path(nnx.state(model.module, nnx.Param))
+  for path, x in sorted(leaves, key=lambda kv: jax.tree_util.keystr(kv[0])):
+    a = np.ascontiguousarray(np.asarray(x))
+    h.update(jax.tree_util.keystr(path).encode() + a.dtype.str.encode() + str(a.shape).encode())
+    h.update(a.tobytes())
+  return h.hexdigest()
+
+
+GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden", "micro_main_job.json")
+
+
+def test_cells_equal_the_reference_recorded_before_the_engine_package(run, micro):
+  """The micro main job's records equal those the code before the engine package wrote
+  (``golden/micro_main_job.json``, recorded at aaac59e under this suite's XLA settings): every
+  recorded (cell, method) is computed again, with the same accuracies to the last bit.
+  Pretraining differs by CPU (XLA's kernels), so the reference holds where the families are
+  the same numbers as when it was recorded: it records their parameter digests, and on a
+  machine whose pretrained families differ the comparison cannot apply (skipped, saying so)."""
+  with open(GOLDEN) as f:
+    ref = json.load(f)
+  world, _ = micro
+  digests = {m: _params_digest(world.models[m]) for m in ref["families"] if m in world.models}
+  if digests != ref["families"]:
+    pytest.skip("this machine's pretrained micro families differ from the reference's (another "
+                "CPU): the recorded cells do not apply")
+  work, _ = run
+  key = lambda r: (r["kind"], r["target"], tuple(r["tasks"]), tuple(r["sources"]), r["setting"],
+                   r["method"])
+  with open(os.path.join(work, "results.jsonl")) as f:
+    got = {key(r): r["accuracy"] for r in map(json.loads, f)}
+  missing = [k for k in map(key, ref["records"]) if k not in got]
+  assert not missing, missing[:5]
+  differ = [(key(r), r["accuracy"], got[key(r)]) for r in ref["records"]
+            if got[key(r)] != r["accuracy"]]
+  assert not differ, differ[:3]
+  with open(os.path.join(work, "summary.json")) as f:
+    assert json.load(f)["selection"]["operators"] == ref["operators"]
+
+
+def test_summary_records_what_produced_the_run(run):
+  """summary.json names the commit (and whether the tree was dirty), the CPU, the backend and
+  devices, the library versions and the wall time of each stage."""
+  work, _ = run
+  with open(os.path.join(work, "summary.json")) as f:
+    p = json.load(f)["provenance"]
+  assert set(p) >= {"git", "cpu", "jax", "versions", "platform", "timings"}
+  assert p["git"] is None or (len(p["git"]["commit"]) == 40 and "dirty" in p["git"])
+  assert p["cpu"]["cpu_count"] >= 1 and p["jax"]["backend"] == "cpu"
+  assert p["versions"]["jax"] and p["versions"]["flax"]
+  assert set(p["timings"]["stages"]) >= {"study", "prepare", "cells"}

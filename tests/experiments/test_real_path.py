@@ -52,7 +52,7 @@ def naflex(real, tmp_path_factory):
   Siglip2ImageProcessor config (patch 4, max_num_patches 20 over a 4x4 position grid, so the
   fixture's 40x36 images become 5x4 patches) and a word tokenizer over the tasks' prompts."""
   from platonic_jax.data.tokenizer import word_tokenizer
-  from tests import siglip_fixtures as fx
+  from tests.helpers import siglip_fixtures as fx
   d = tmp_path_factory.mktemp("naflex_ckpt")
   fx.save_naflex_checkpoint(d, "naflex4_tanh", max_num_patches=20, seed=11)
   text = fx.TINY_SIGLIP2S["naflex4_tanh"]["text"]

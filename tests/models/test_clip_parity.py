@@ -10,8 +10,8 @@ torch = pytest.importorskip("torch")
 from platonic_jax.convert import hf as hf_convert
 from platonic_jax import embed as embed_lib
 from platonic_jax.models import layers
-from tests import fixtures
-from tests.siglip_fixtures import run_jit
+from tests.helpers import fixtures
+from tests.helpers.siglip_fixtures import run_jit
 
 NAMES = sorted(fixtures.TINY_CLIPS)
 

@@ -3,7 +3,7 @@
 The reference outputs are stored (``tests/models/golden/eva_reference.npz``, see
 ``tests/eva_fixtures.py``), so every parity test runs without open_clip; where open_clip and
 timm are installed (``pip install --no-deps open-clip-torch==3.3.0 timm==1.0.31 ftfy``; they
-import torchvision, replaced by ``tests/torchvision_stub.py`` when it cannot be imported), the
+import torchvision, replaced by ``tests/helpers/torchvision_stub.py`` when it cannot be imported), the
 ``live`` tests also check the stored outputs against the reference and load our exports with
 open_clip itself.
 """
@@ -22,7 +22,7 @@ from flax import nnx
 import platonic_jax as pj
 from platonic_jax.convert import checkpoint, keymap
 from platonic_jax.models import eva, layers
-from tests import eva_fixtures as F
+from tests.helpers import eva_fixtures as F
 
 MODULE_ATOL = 1e-5
 FEATURE_ATOL = 1e-4
@@ -53,7 +53,7 @@ def pair(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reference():
-  from tests.torchvision_stub import import_reference
+  from tests.helpers.torchvision_stub import import_reference
   try:
     open_clip, timm = import_reference()
   except ImportError as e:

@@ -10,7 +10,7 @@ import pytest
 import platonic_jax as pj
 from platonic_jax.data import tokenizer as tok_lib
 from platonic_jax.models.dual_encoder import tokenizer_digest
-from tests import fixtures
+from tests.helpers import fixtures
 
 NAME = sorted(fixtures.TINY_CLIPS)[0]
 

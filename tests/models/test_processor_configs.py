@@ -105,7 +105,7 @@ def test_processor_config_without_a_nested_entry_falls_back(tmp_path):
 
 
 def test_clip_checkpoint_with_a_processor_config_loads_its_preprocessor(tmp_path):
-  from tests import fixtures
+  from tests.helpers import fixtures
   name = sorted(fixtures.TINY_CLIPS)[0]
   fixtures.save_hf_clip(tmp_path, name)
   settings = IMAGE_PROCESSORS["clip"][2]

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 import platonic_jax as pj
 from platonic_jax.convert import hf as hf_convert, keymap
 from platonic_jax.models import layers, siglip2
-from tests import siglip_fixtures as fx
+from tests.helpers import siglip_fixtures as fx
 
 NAMES = sorted(fx.TINY_SIGLIP2S)
 # (h, w) in patches: up- and down-sampled, non-square, one filling the padded length exactly.

@@ -36,7 +36,7 @@ def main(argv):
   from platonic_jax.core.bank import OperatorBank
   from platonic_jax.parallel import distributed as dist
   from platonic_jax.engine.caches import EmbeddingCache
-  from tests import fixtures
+  from tests.helpers import fixtures
 
   p = jax.process_index()
   print(f"process {p} of {n}: {jax.local_device_count()} local devices, "
@@ -86,7 +86,7 @@ def main(argv):
   # The engine's operator solves divided over the processes (a synthetic study: no model runs),
   # and what a process may not do while it works alone on its share.
   from platonic_jax.parallel import mesh as mesh_lib
-  from tests import test_pipeline
+  from tests.experiments import test_main_job_cells as test_pipeline
   study, _, _ = test_pipeline._world(pathlib.Path(_OUT.value))
   requests = [(tg, "t", [s, "random~" + s]) for tg in study.models for s in study.models]
   solved = study.operators_many(requests)

@@ -265,12 +265,12 @@ def test_main_job_sweep_resumes_from_the_shards_of_a_killed_run(tmp_path):
 def test_cell_costs_order_closed_form_weight_space_and_adapter_cells():
   import ml_collections
 
-  from platonic_jax import pipeline
+  from experiments.tables import main_job
   cfg = ml_collections.ConfigDict({"adapter": {"steps": 40}})
-  cell = lambda source, adapter: {"target": "a", "source": source, "adapter": adapter}
-  cross, same = pipeline.cell_cost(cell("b", False), cfg), pipeline.cell_cost(cell("a", False), cfg)
-  assert 0 < cross < same < pipeline.cell_cost(cell("b", True), cfg) < pipeline.cell_cost(
-      cell("a", True), cfg)
+  cell = lambda source, adapter: {"target": "a", "sources": [source], "adapter": adapter}
+  cost = lambda c: main_job.cost(cfg, c)
+  cross, same = cost(cell("b", False)), cost(cell("a", False))
+  assert 0 < cross < same < cost(cell("b", True)) < cost(cell("a", True))
 
 
 def test_an_uncaught_error_ends_a_process_of_several_at_once(tmp_path):

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests import fixtures
+from tests.helpers import fixtures
 from tests.parallel import mp_worker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -104,7 +104,7 @@ def test_operator_solves_are_divided_and_equal_one_process(program, tmp_path):
   requests, every process ends with every operator, equal to one process's, and the bank holds
   each once (written collectively from the products, which are then removed)."""
   from platonic_jax.parallel import distributed
-  from tests import test_pipeline
+  from tests.experiments import test_main_job_cells as test_pipeline
   out, _, _ = program
   seen = [_seen(out, p) for p in (0, 1)]
   study, _, _ = test_pipeline._world(tmp_path)

@@ -140,6 +140,7 @@ def _outputs(work):
   records = [json.loads(l) for l in open(os.path.join(work, "results.jsonl"))]
   summary = json.load(open(os.path.join(work, "summary.json")))
   assert summary.pop("runtime_s") > 0
+  assert summary.pop("provenance")["jax"]["process_count"] >= 1  # what produced the run
   return records, summary
 
 
@@ -163,7 +164,7 @@ def test_processes_write_what_one_process_writes(runs, name):
 
 def test_each_process_does_only_its_share(runs):
   from experiments.configs import main as main_config
-  from platonic_jax import pipeline
+  from experiments.tables import main_job
   from platonic_jax.parallel import distributed
   (one,) = shares(runs["one"][1], 1).values()
   two = shares(runs["two"][1], 2)
@@ -180,9 +181,9 @@ def test_each_process_does_only_its_share(runs):
             for k, v in s["adapter_cells"].items()}
   records, _ = _outputs(runs["one"][0])
   models = list(dict.fromkeys(r["target"] for r in records))  # the world's order
-  cells = pipeline.cells(models, ["shape", "color"], chosen)
+  cells = main_job.main_cells(models, ["shape", "color"], chosen)
   cfg.adapter.steps = 10
-  want = distributed.assign(cells, [pipeline.cell_cost(c, cfg) for c in cells], 2)
+  want = distributed.assign(cells, [main_job.cost(cfg, c) for c in cells], 2)
   assert [two[p][2] for p in (0, 1)] == [len(w) for w in want]
   assert [two[p][3] for p in (0, 1)] == [sum(c["adapter"] for c in w) for w in want]
   # every fine-tune and adapter fit appears once, in the log of the process that did it

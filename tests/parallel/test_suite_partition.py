@@ -76,6 +76,8 @@ def test_processes_write_what_one_process_writes(runs, name):
     assert (work / f).read_bytes() == (one / f).read_bytes(), f
   a, b = (json.load(open(w / "config.json")) for w in (one, work))
   assert a["config"].pop("cache_dir") != b["config"].pop("cache_dir")  # not in the hash
+  pa, pb = a.pop("provenance"), b.pop("provenance")  # what produced each run
+  assert pa["jax"]["process_count"] == 1 and pb["jax"]["process_count"] in (1, 2)
   assert a == b
   # process 0 merged the shards into results.jsonl and removed them; no temporary is left
   assert sorted(n for n in os.listdir(work) if "shard" in n or n.startswith(".")) == []

@@ -9,7 +9,7 @@ The reference outputs (open_clip 3.3.0 / timm 1.0.31 on CPU, fp32) are stored in
 and shapes and the inputs, so the parity tests run where open_clip is not installed. Where it
 is (``pip install --no-deps open-clip-torch==3.3.0 timm==1.0.31 ftfy``), the tests also compare
 against the live reference and check the stored file against it. Regenerate with
-``python -m tests.eva_fixtures``.
+``python -m tests.helpers.eva_fixtures``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 
 __all__: list[str] = []
 
-GOLDEN = os.path.join(os.path.dirname(__file__), "models", "golden", "eva_reference.npz")
+GOLDEN = os.path.join(os.path.dirname(os.path.dirname(__file__)), "models", "golden", "eva_reference.npz")
 
 # Tiny configs: the timm Eva arguments of the trunk (registered under a test name with timm and
 # with platonic_jax), open_clip's text_cfg, the joint width and model_cfg extras.
@@ -200,7 +200,7 @@ def reference_outputs(model, pixels, ids) -> dict[str, np.ndarray]:
 def build_golden(path: str = GOLDEN) -> str:
   """Regenerates the golden file from the live reference."""
   import tempfile
-  from tests.torchvision_stub import import_reference
+  from tests.helpers.torchvision_stub import import_reference
   open_clip, timm = import_reference()
   register_timm(timm)
   arrays = {}
@@ -230,7 +230,7 @@ class Golden:
     with np.load(path) as z:
       data = {k: z[k] for k in z.files if k.startswith(name + "/")}
     if not data:
-      raise KeyError(f"{name} is not in {path}; regenerate it (python -m tests.eva_fixtures)")
+      raise KeyError(f"{name} is not in {path}; regenerate it (python -m tests.helpers.eva_fixtures)")
     p = name + "/"
     self.name = name
     self.keys_shapes = [(k, tuple(s)) for k, s in

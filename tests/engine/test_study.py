@@ -1,6 +1,6 @@
 """Unit tests of the engine (``platonic_jax.engine``) that need no model: its checks, its cache
 root, the operators it caches in memory and in its bank, and the study a config describes.
-(Descriptors, the consensus and the random-UTD draws are tested in tests/test_pipeline.py on the
+(Descriptors, the consensus and the random-UTD draws are tested in tests/experiments/test_main_job_cells.py on the
 same synthetic study.)"""
 
 import os
@@ -12,7 +12,7 @@ import pytest
 
 from platonic_jax import engine as study_lib
 from platonic_jax.core.analysis import CONSENSUS
-from tests.test_pipeline import _world
+from tests.experiments.test_main_job_cells import _world
 
 
 def _task(name, classes=3, templates=("a {}.",)):
@@ -162,7 +162,8 @@ def test_selection_and_route_solves_are_called_only_by_the_route_solve():
   analyses that solve at fixed pairs by definition) calls the selection or a route's solve: the
   engine, ``transfer`` and the API gather inputs and call ``routes.solve_operators``."""
   import ast
-  root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "platonic_jax")
+  root = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                      "platonic_jax")
   names = {"select_rank_ridge", "solve_head_delta", "solve_operator"}
   allowed = {"core/routes.py", "core/select.py", "core/solve.py", "core/operator.py",
              "core/analysis.py", "core/head_edit.py", "core/__init__.py", "api.py"}

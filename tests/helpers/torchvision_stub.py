@@ -52,14 +52,14 @@ class InterpolationMode(enum.Enum):
 def _unavailable(qualname: str) -> type:
   def __init__(self, *args, **kwargs):
     raise RuntimeError(f"{qualname} is a test stand-in: torchvision is not available here "
-                       "(tests/torchvision_stub.py)")
+                       "(tests/helpers/torchvision_stub.py)")
   return type(qualname.rsplit(".", 1)[1], (), {"__init__": __init__, "__module__": qualname})
 
 
 def _stub_modules() -> dict[str, types.ModuleType]:
   mods = {}
   for name, attrs in _MODULE_NAMES.items():
-    mod = types.ModuleType(name, "test stand-in (tests/torchvision_stub.py)")
+    mod = types.ModuleType(name, "test stand-in (tests/helpers/torchvision_stub.py)")
     mod.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
     mod.__path__ = []
     for attr in attrs:

@@ -4,12 +4,13 @@
 ``PLATONIC_JAX_CACHE`` pointing at the case's own cache. For tests of the launchers' refusals,
 which would otherwise start one Python (importing JAX and transformers) per bad command line.
 
-    python -m tests.launcher_refusals MODULE CASES.json OUT.json
+    python -m tests.helpers.launcher_refusals MODULE CASES.json OUT.json
 
 CASES.json: a list of ``{"args": [...], "cache": dir}``. OUT.json: per case ``{"error": the
 exception's type and message, or null when main returned}``. A command line that is not
-refused stops where its launcher would start building (``experiments.launch.build_world``, the
-suite's ``experiments.tables.run``) with ``NotRefused``, instead of running a job.
+refused stops where its launcher would start building (``experiments.launch.build_world``, an
+experiment's ``make_study`` in the engine's runner, after its checks) with ``NotRefused``,
+instead of running a job.
 """
 
 import importlib
@@ -29,9 +30,11 @@ def _not_refused(*args, **kwargs):
 def main(module_name: str, cases_path: str, out_path: str) -> None:
   from absl import flags
 
-  from experiments import launch, tables
+  from experiments import launch
+  from experiments.tables import main_job
+  from platonic_jax.engine import runner
   module = importlib.import_module(module_name)
-  launch.build_world = tables.run = _not_refused
+  launch.build_world = main_job.make_study = runner.Experiment.make_study = _not_refused
   with open(cases_path) as f:
     cases = json.load(f)
   results = []

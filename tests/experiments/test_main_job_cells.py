@@ -8,7 +8,8 @@ import types
 import numpy as np
 import pytest
 
-from platonic_jax import pipeline
+from experiments.tables import main_check, main_job
+from platonic_jax.eval import layout
 from platonic_jax.core.analysis import CONSENSUS, affinity_spread
 from platonic_jax.core.descriptor import Descriptor, Provenance
 from platonic_jax.core.grid import make_grid
@@ -175,7 +176,7 @@ def test_run_order_random_draws_follow_the_main_jobs_key_chain(tmp_path):
 def test_summary_reports_the_consensus_row_and_its_retention():
   rec = lambda setting, method, x: {"kind": "addition", "setting": setting, "method": method,
                                     "composed": x, "controls": -1.0}
-  s = pipeline.summarize([rec("cross_model", "closed_form", 4.0), rec("cross_model", "oracle", 10.0),
+  s = main_job.summarize([rec("cross_model", "closed_form", 4.0), rec("cross_model", "oracle", 10.0),
                           rec("cross_model", "consensus", 6.0), rec("cross_model", "consensus", 8.0)])
   assert s["addition"]["cross_model"]["consensus"] == {"composed": 7.0, "controls": -1.0,
                                                        "cells": 2}
@@ -187,7 +188,7 @@ def test_one_family_has_no_consensus_and_a_family_may_not_take_its_name(tmp_path
   assert set(_ops(study)) == {("a", "t", "a"), ("a", "t", "random~a")}
   world = types.SimpleNamespace(models={"consensus": None, "b": None}, controls=[], tasks={})
   with pytest.raises(ValueError, match="may not be named 'consensus'"):
-    pipeline.make_study(world, None, ["t"])
+    main_job.make_study_of(world, None, ["t"])
 
 
 def test_frontier_refuses_consensus_operators_on_some_targets_only(tmp_path):
@@ -218,7 +219,7 @@ def test_check_config_accepts_every_variant():
   from experiments.configs import main as main_cfg
   from platonic_jax.data.toyworld import DOWNSTREAM
   for variant in ("", "micro", "wide", "lookalike"):
-    names = pipeline.check_config(main_cfg.get_config(variant), DOWNSTREAM)
+    names = main_check.check_config(main_cfg.get_config(variant), DOWNSTREAM)
     assert len(names) >= 2
 
 
@@ -246,11 +247,11 @@ def test_check_config_accepts_every_variant():
 def test_check_config_refuses(overrides, match):
   from platonic_jax.data.toyworld import DOWNSTREAM
   with pytest.raises(ValueError, match=match):
-    pipeline.check_config(_micro_config(**overrides), DOWNSTREAM)
+    main_check.check_config(_micro_config(**overrides), DOWNSTREAM)
 
 
 def test_adapter_cells_drawn_twice_are_kept_once():
-  chosen = pipeline.choose_adapter_cells(["a"], ["s", "t"], 6, seed=0)  # one family: same-model
+  chosen = main_job.choose_adapter_cells(["a"], ["s", "t"], 6, seed=0)  # one family: same-model
   for kind, cells in chosen.items():
     assert len(cells) == len(set(cells)) >= 1, kind
     assert all(tg == "a" and set(c[1]) == {"a"} for tg, c in cells)
@@ -258,55 +259,55 @@ def test_adapter_cells_drawn_twice_are_kept_once():
 
 
 def test_audio_adapter_cells_add_across_families_and_negate_on_the_target():
-  chosen = pipeline.choose_adapter_cells(["a", "b", "c"], ["s", "t"], 6, seed=0, layout="audio",
+  chosen = main_job.choose_adapter_cells(["a", "b", "c"], ["s", "t"], 6, seed=0, layout="audio",
                                          distinct=True)
   assert [tg for tg, _ in chosen["addition"]] == ["a", "b", "c"] * 2
   for tg, (tasks, sources) in chosen["addition"]:
     assert tasks == ("s", "t") and len(set(sources)) == 2 and tg not in sources
   assert all(sources == (tg,) for tg, (_, sources) in chosen["negation"])
   with pytest.raises(ValueError, match="adapter cell layout must be 'alternate' or 'audio'"):
-    pipeline.choose_adapter_cells(["a"], ["s", "t"], 1, seed=0, layout="image")
+    main_job.choose_adapter_cells(["a"], ["s", "t"], 1, seed=0, layout="image")
 
 
 def test_negation_curve_without_cross_model_cells_is_none_and_plots(tmp_path):
   study, _, _ = _world(tmp_path, families=("a",))
-  curve = pipeline.negation_curve(study, _ops(study), ["t"], [], [0.0, 1.0])
+  curve = main_job.negation_curve(study, _ops(study), ["t"], [], [0.0, 1.0])
   assert curve == {"strength": [0.0, 1.0], "removed": [None, None], "controls": [None, None]}
   json.dumps(curve, allow_nan=False)  # strict JSON: no NaN
-  assert os.path.getsize(pipeline.plot_negation_curve(curve, str(tmp_path / "c.png"))) > 0
+  assert os.path.getsize(main_job.plot_negation_curve(curve, str(tmp_path / "c.png"))) > 0
 
 
 def test_outputs_are_replaced_together_or_not_at_all(tmp_path, monkeypatch):
   curve = {"strength": [0.0, 1.0], "removed": [50.0, 30.0], "controls": [80.0, 78.0]}
   records, summary = [{"kind": "addition", "composed": 1.0}], {"runtime_s": 1.0}
-  pipeline.write_outputs(str(tmp_path), records, summary, curve)
-  assert sorted(os.listdir(tmp_path)) == sorted(pipeline.OUTPUTS)
+  main_job.write_outputs(str(tmp_path), records, summary, curve)
+  assert sorted(os.listdir(tmp_path)) == sorted(main_job.OUTPUTS)
   assert json.load(open(tmp_path / "summary.json")) == summary
-  before = {n: open(tmp_path / n, "rb").read() for n in pipeline.OUTPUTS}
+  before = {n: open(tmp_path / n, "rb").read() for n in main_job.OUTPUTS}
 
   def fail(*args, **kwargs):
     raise RuntimeError("write failed")
-  monkeypatch.setattr(pipeline.json, "dump", fail)  # fails after the plot and the records
+  monkeypatch.setattr(main_job.json, "dump", fail)  # fails after the plot and the records
   with pytest.raises(RuntimeError, match="write failed"):
-    pipeline.write_outputs(str(tmp_path), records * 2, {"runtime_s": 2.0}, curve)
-  assert sorted(os.listdir(tmp_path)) == sorted(pipeline.OUTPUTS)  # no temporaries left
-  assert {n: open(tmp_path / n, "rb").read() for n in pipeline.OUTPUTS} == before
+    main_job.write_outputs(str(tmp_path), records * 2, {"runtime_s": 2.0}, curve)
+  assert sorted(os.listdir(tmp_path)) == sorted(main_job.OUTPUTS)  # no temporaries left
+  assert {n: open(tmp_path / n, "rb").read() for n in main_job.OUTPUTS} == before
 
 
 def test_tables_are_written_with_the_outputs_or_not_at_all(tmp_path, monkeypatch):
   curve = {"strength": [0.0, 1.0], "removed": [50.0, 30.0], "controls": [80.0, 78.0]}
   records = [{"kind": "addition", "composed": 1.0}]
-  pipeline.write_outputs(str(tmp_path), records, {"runtime_s": 1.0}, curve, "\nTable 1\n  x\n")
-  assert sorted(os.listdir(tmp_path)) == sorted(pipeline.OUTPUTS + (pipeline.TABLES,))
-  assert open(tmp_path / pipeline.TABLES).read() == "Table 1\n  x\n"
+  main_job.write_outputs(str(tmp_path), records, {"runtime_s": 1.0}, curve, "\nTable 1\n  x\n")
+  assert sorted(os.listdir(tmp_path)) == sorted(main_job.OUTPUTS + (main_job.TABLES,))
+  assert open(tmp_path / main_job.TABLES).read() == "Table 1\n  x\n"
 
   def fail(*args, **kwargs):
     raise RuntimeError("write failed")
-  monkeypatch.setattr(pipeline.json, "dump", fail)
+  monkeypatch.setattr(main_job.json, "dump", fail)
   with pytest.raises(RuntimeError, match="write failed"):
-    pipeline.write_outputs(str(tmp_path), records, {"runtime_s": 2.0}, curve, "Table 2\n")
-  assert sorted(os.listdir(tmp_path)) == sorted(pipeline.OUTPUTS + (pipeline.TABLES,))
-  assert open(tmp_path / pipeline.TABLES).read() == "Table 1\n  x\n"  # the old one kept
+    main_job.write_outputs(str(tmp_path), records, {"runtime_s": 2.0}, curve, "Table 2\n")
+  assert sorted(os.listdir(tmp_path)) == sorted(main_job.OUTPUTS + (main_job.TABLES,))
+  assert open(tmp_path / main_job.TABLES).read() == "Table 1\n  x\n"  # the old one kept
 
 
 def test_a_launcher_ends_by_saying_where_its_outputs_are(tmp_path):
@@ -335,7 +336,7 @@ def test_format_tables_reads_each_row_against_its_own_cells():
     return {"kind": "addition", "setting": "cross_model", "method": method, "tasks": ["a", "b"],
             "accuracy": {"a": acc, "b": acc, "c": 30.0},
             "delta": {"a": acc - zs, "b": acc - zs, "c": -1.0}}
-  text = pipeline.format_tables([rec("closed_form", 50, 40), rec("closed_form", 60, 40),
+  text = layout.main_job_tables([rec("closed_form", 50, 40), rec("closed_form", 60, 40),
                                  rec("adapter", 40, 20)], ["c"])
   rows = {cols[0]: cols[1:] for cols in ([x.strip() for x in line.strip("|").split("|")]
                                          for line in text.splitlines() if line.startswith("|"))}
@@ -351,20 +352,21 @@ def test_same_architecture_cells_and_their_adapter_draw():
   """Every ordered pair with every task pair and task; the adapter's cells are marked, drawn
   per pair in turn, and the main grid's adapter draw is untouched."""
   pairs, names = (("a", "a2"), ("a2", "a")), ["s", "t", "u"]
-  chosen = pipeline.choose_same_architecture_adapter_cells(pairs, names, 2, seed=0)
+  chosen = main_job.choose_same_architecture_adapter_cells(pairs, names, 2, seed=0)
   assert [tg for tg, _ in chosen["addition"]] == ["a2", "a"]
   assert all(c[1] == ("a",) * 2 for tg, c in chosen["addition"] if tg == "a2")
-  cells = pipeline.same_architecture_cells(pairs, names, chosen)
+  cells = main_job.same_architecture_cells(pairs, names, chosen)
   for kind, n in (("addition", 3), ("negation", 3)):
     mine = [c for c in cells if c["kind"] == kind]
     assert len(mine) == n * len(pairs)
-    assert all(c["setting"] == "same_architecture" and c["source"] != c["target"] for c in mine)
-    marked = {(c["target"], (tuple(c["tasks"]), (c["source"],) * len(c["tasks"])))
+    assert all(c["setting"] == "same_architecture" and c["sources"][0] != c["target"]
+               for c in mine)
+    marked = {(c["target"], (tuple(c["tasks"]), tuple(c["sources"])))
               for c in mine if c["adapter"]}
     assert marked == set(chosen[kind])
-  assert pipeline.choose_same_architecture_adapter_cells((), names, 2, 0) == {
+  assert main_job.choose_same_architecture_adapter_cells((), names, 2, 0) == {
       "addition": [], "negation": []}
-  assert pipeline.main_families(["clip-a", "clip-a2", "siglip-b"], _micro_config()) == [
+  assert main_check.main_families(["clip-a", "clip-a2", "siglip-b"], _micro_config()) == [
       "clip-a", "siglip-b"]
 
 
@@ -373,12 +375,57 @@ def test_summary_has_a_same_architecture_block_only_with_such_cells():
     return {"kind": kind, "setting": setting, "method": method, role: 1.0, "controls": -1.0}
   plain = [rec("same_model", "closed_form"), rec("cross_model", "closed_form"),
            rec("cross_model", "oracle")]
-  assert "same_architecture" not in pipeline.summarize(plain)["addition"]
+  assert "same_architecture" not in main_job.summarize(plain)["addition"]
   extra = plain + [rec("same_architecture", m) for m in ("closed_form", "gradfix", "theseus")]
   extra += [rec("same_architecture", "gradfix", "removed", "negation")]
-  s = pipeline.summarize(extra)
+  s = main_job.summarize(extra)
   assert set(s["addition"]["same_architecture"]) == {"closed_form", "gradfix", "theseus"}
   assert s["negation"]["same_architecture"] == {
       "gradfix": {"removed": 1.0, "controls": -1.0, "cells": 1}}
   assert {k: v for k, v in s.items() if k != "addition" and k != "negation"} == {
-      k: v for k, v in pipeline.summarize(plain).items() if k not in ("addition", "negation")}
+      k: v for k, v in main_job.summarize(plain).items() if k not in ("addition", "negation")}
+
+
+def test_main_cells_are_the_tables_assignments_with_two_distinct_sources_onto_a_third():
+  """The main grid's cells come from ``common.assignments`` (Table 1's enumerator): per target
+  and task pair the same-model cell, one single-source cross-model cell per other family, and
+  (three families or more) one cell per ordered pair of two distinct other families, whose
+  setting is ``TWO_SOURCES``; then the consensus. Every such cell's two terms come from two
+  distinct families, neither of them the target."""
+  from experiments.tables import common
+  models, names = ["a", "b", "c", "d"], ["shape", "color", "fill"]
+  none = {"addition": [], "negation": []}
+  cells = main_job.main_cells(models, names, none)
+  add = [c for c in cells if c["kind"] == "addition"]
+  two = [c for c in add if c["setting"] == main_job.TWO_SOURCES]
+  # per target: 3 task pairs x (3 x 2 ordered pairs of the other families)
+  assert len(two) == len(models) * 3 * 6
+  for c in two:
+    s1, s2 = c["sources"]
+    assert s1 != s2 and c["target"] not in (s1, s2)
+  for tg in models:
+    for ts in [("shape", "color")]:
+      got = [tuple(c["sources"]) for c in add if c["target"] == tg and tuple(c["tasks"]) == ts
+             and c["sources"][0] != CONSENSUS]
+      assert got == common.assignments(models, tg, 2, (common.SAME, common.CROSS))
+  single = [c for c in add if c["setting"] == "cross_model" and c["sources"][0] != CONSENSUS]
+  assert all(len(set(c["sources"])) == 1 and c["sources"][0] != c["target"] for c in single)
+  assert len(single) == len(models) * 3 * 3
+  neg = [c for c in cells if c["kind"] == "negation"]
+  assert not any(c["setting"] == main_job.TWO_SOURCES for c in neg)
+  # two families: no cell with two distinct sources
+  small = main_job.main_cells(["a", "b"], names, none)
+  assert not any(c["setting"] == main_job.TWO_SOURCES for c in small)
+
+
+def test_two_source_cells_have_their_own_summary_block_and_table():
+  recs = []
+  for setting, v in (("cross_model", 1.0), (main_job.TWO_SOURCES, 3.0)):
+    for method in ("closed_form", "oracle"):
+      recs.append({"kind": "addition", "setting": setting, "method": method, "composed": v,
+                   "controls": -v, "tasks": ["x", "y"], "accuracy": {"x": 50.0, "y": 50.0,
+                   "c": 40.0}, "delta": {"x": v, "y": v, "c": -v}})
+  s = main_job.summarize(recs)
+  assert s["addition"][main_job.TWO_SOURCES]["closed_form"] == {"composed": 3.0,
+                                                                 "controls": -3.0, "cells": 1}
+  assert "Two distinct sources onto a third model" in layout.main_job_tables(recs, ["c"])

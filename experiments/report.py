@@ -37,19 +37,12 @@ def render_main_job(records: Sequence[dict], summary: dict | None) -> str:
   1 and Table 2 layouts; the audio main job's Tables 4, 26 and 27) with, where its
   ``summary.json`` is there, the retention ratios and the method options it departed on."""
   from experiments.tables import main_job
+  from platonic_jax.eval import layout
   text = main_job.render_flat(records, (summary or {}).get("controls", ()))
-  parts = [f"## main job ({len(records)} records)\n", text, ""]
+  parts = [f"## main job ({len(records)} records)\n"]
   if summary:
-    for k in ("oracle_retention", "consensus_retention"):
-      if k in summary:
-        v = summary[k]
-        parts.append(f"- {k}: {'null (undefined)' if v is None else f'{v:.2f}'}")
-    method = summary.get("method")
-    if method:
-      deps = method.get("departures", [])
-      parts.append("- departures from METHOD: " + (", ".join(
-          f"{d} = {method[d]['value']!r} (METHOD: {method[d]['method']!r})" for d in deps)
-          or "none"))
+    parts.append(layout.summary_table(summary, summary.get("controls", ())))
+  parts += [text, ""]
   return "\n".join(parts) + "\n"
 
 
@@ -155,8 +148,26 @@ def write(paths: Sequence[str], out_dir: str | None = None,
       with open(f) as fh:
         summary = json.load(fh)
   md = os.path.join(out_dir, "report.md")
-  atomic_write(md, render(by_exp, skipped(paths), summary).encode())
-  return md, figures(by_exp, out_dir)
+  pngs = figures(by_exp, out_dir)
+  shown = list(pngs)
+  for p in paths:  # the main job's Figure 2, drawn by the job beside its outputs
+    f = os.path.join(os.path.dirname(os.path.abspath(_path(p))), "negation.png")
+    if os.path.isfile(f) and f not in shown:
+      shown.append(f)
+  atomic_write(md, (render(by_exp, skipped(paths), summary) + embed_figures(shown, out_dir))
+               .encode())
+  return md, pngs
+
+
+def embed_figures(pngs: Sequence[str], out_dir: str) -> str:
+  """Markdown embedding each figure (a path relative to ``out_dir``, where report.md lies)."""
+  if not pngs:
+    return ""
+  lines = ["", "## Figures", ""]
+  for p in pngs:
+    name = os.path.splitext(os.path.basename(p))[0]
+    lines.append(f"![{name}]({os.path.relpath(os.path.abspath(p), os.path.abspath(out_dir))})")
+  return "\n".join(lines) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -58,9 +58,36 @@ SLOW_FIRST = ("tests/experiments/test_main_job.py",
               "tests/experiments/test_bench_accel.py", "tests/models/test_eva_parity.py")
 
 
+# The files ``-m "not slow"`` leaves out (the fast lane, README's "Tests"): the end-to-end runs
+# on the micro worlds (each session pretrains the micro world once: ~1-2 minutes), the
+# multi-process runs, the notebook, the launchers' subprocess refusals and the towers' parity
+# against torch (each file a torch import and a dozen compilations). Chosen from the suite's
+# per-file ``--durations`` (docs/results/suite_time.md); the lane keeps every unit test.
+SLOW = SLOW_FIRST + (
+    "tests/core/test_train_naflex.py", "tests/core/test_train.py", "tests/core/test_transport.py",
+    "tests/core/test_train_batched.py", "tests/models/test_siglip2_parity.py",
+    "tests/models/test_siglip_parity.py", "tests/data/test_audioworld.py",
+    "tests/experiments/test_real_path.py", "tests/experiments/test_suite_engine.py",
+    "tests/experiments/test_launch.py", "tests/experiments/test_cli.py",
+    "tests/experiments/test_configs.py", "tests/parallel/test_suite_partition.py",
+    "tests/parallel/test_distributed.py", "tests/test_docs.py", "tests/test_api.py",
+    "tests/engine/test_study.py", "tests/eval/test_layout.py",
+    "tests/experiments/test_main_job_cells.py")
+
+
+def pytest_configure(config):
+  config.addinivalue_line("markers", "slow: an end-to-end, multi-process, notebook or parity "
+                          "file, left out of the fast lane (-m \"not slow\")")
+
+
 def pytest_collection_modifyitems(config, items):
-  """Moves the files of ``SLOW_FIRST`` to the front; every file keeps its tests' order."""
+  """Marks the files of ``SLOW`` slow, and moves the files of ``SLOW_FIRST`` to the front;
+  every file keeps its tests' order."""
   rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+  slow = set(SLOW)
+  for item in items:
+    if item.nodeid.split("::")[0] in slow:
+      item.add_marker(pytest.mark.slow)
   items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 

@@ -636,6 +636,7 @@ def outputs(study, config, workdir: str, records, prepared: Prepared) -> dict:
   tables = (layout.audio_job_tables(flat, p.controls, alpha=config.alpha,
                                     negation_lambda=config.negation_lambda) if audio
             else layout.main_job_tables(flat, p.controls))
+  tables = layout.summary_table(summary, p.controls) + "\n" + tables  # the headline first
   write_outputs(workdir, flat, summary, curve, tables)
   log(tables)
   return summary

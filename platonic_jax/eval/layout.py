@@ -285,3 +285,50 @@ def main_job_tables(records: Sequence[dict], controls: Sequence[str]) -> str:
     return out
   return "\n".join(x for x in (table1(rows("addition"), controls),
                                table2(rows("negation"), controls)) if x)
+
+
+# The main job's headline: mean change from zero-shot per kind, setting and method.
+SUMMARY_METHODS = ("closed_form", "consensus", "adapter", "oracle", "random_utd", "weight_space",
+                   "gradfix", "theseus")
+SUMMARY_SETTINGS = {"same_model": "same model", "cross_model": "cross model (one source)",
+                    "two_sources": "cross model (two sources)",
+                    "same_architecture": "one architecture"}
+
+
+def summary_table(summary: Mapping, controls: Sequence[str] = ()) -> str:
+  """The main job's headline table (the README's layout) from its ``summary``: one row per kind
+  and setting, one column per method present, each entry ``composed (or removed) / controls``,
+  the mean change in points from the zero-shot of the entry's own cells, with its cell count;
+  then the oracle and consensus retentions, the controls named, and the options the run took
+  away from METHOD (``summary["method"]``). "" when the summary has no block."""
+  rows, used = [], []
+  for kind in ("addition", "negation"):
+    role = "composed" if kind == "addition" else "removed"
+    for setting, name in SUMMARY_SETTINGS.items():
+      block = summary.get(kind, {}).get(setting)
+      if not block:
+        continue
+      rows.append((f"{kind}, {name}", block, role))
+      used += [m for m in SUMMARY_METHODS if m in block and m not in used]
+  if not rows:
+    return ""
+  used = [m for m in SUMMARY_METHODS if m in used]
+  body = [[label] + [f"{b[m][role]:+.1f} / {b[m]['controls']:+.1f} ({b[m]['cells']})"
+                     if m in b else "" for m in used] for label, b, role in rows]
+  text = md_table([""] + [METHODS[m] for m in used], body,
+                  "Mean change from zero-shot in points: composed (addition) or removed "
+                  "(negation) tasks / controls (cells)", pad=True)
+  notes = []
+  for key, name in (("oracle_retention", "oracle"), ("consensus_retention", "consensus")):
+    if key in summary:
+      v = summary[key]
+      notes.append(f"retention ({name}): {'undefined' if v is None else f'{v:.2f}'}")
+  if controls:
+    notes.append("controls (never in any fit): " + ", ".join(controls))
+  method = summary.get("method") or {}
+  if method:
+    deps = method.get("departures", [])
+    notes.append("departures from METHOD: " + (", ".join(
+        f"{d} = {method[d]['value']!r} (METHOD: {method[d]['method']!r})" for d in deps)
+        or "none"))
+  return text + ("\n" + "\n".join(f"- {n}" for n in notes) if notes else "")

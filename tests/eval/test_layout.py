@@ -249,3 +249,23 @@ def test_report_renders_an_audio_main_jobs_workdir_in_its_table4_layout():
   for r in main:
     del r["retained_tasks"]
   assert "Table 2: negation" in report.render_main_job(main, None)
+
+
+def test_summary_table_is_the_readmes_layout_with_cells_retention_controls_and_departures():
+  summary = {"addition": {"same_model": {"closed_form": {"composed": 12.74, "controls": -4.91,
+                                                         "cells": 8}},
+                          "two_sources": {"closed_form": {"composed": 5.0, "controls": -6.0,
+                                                          "cells": 24},
+                                          "oracle": {"composed": 10.0, "controls": -5.0,
+                                                     "cells": 24}}},
+             "negation": {}, "oracle_retention": None,
+             "method": {"departures": ["calibrate"], "calibrate": {"value": True,
+                                                                   "method": False}}}
+  text = layout.summary_table(summary, ["scene", "look"])
+  assert "| addition, same model" in text and "+12.7 / -4.9 (8)" in text
+  assert "| addition, cross model (two sources)" in text and "+10.0 / -5.0 (24)" in text
+  assert "Oracle" in text and "Weight-space" not in text  # only the methods present
+  assert "- retention (oracle): undefined" in text
+  assert "- controls (never in any fit): scene, look" in text
+  assert "- departures from METHOD: calibrate = True (METHOD: False)" in text
+  assert layout.summary_table({"addition": {}, "negation": {}}) == ""

@@ -22,6 +22,8 @@ def _main_job(cache, work, *flags):
        f"--workdir={work}", *flags], cwd=ROOT, env=env, capture_output=True, text=True,
       timeout=900)
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  with open(str(work) + ".stderr", "w") as f:  # beside the workdir: its listing stays the job's
+    f.write(out.stderr)
   return out.stdout
 
 
@@ -727,10 +729,17 @@ def test_report_renders_the_main_jobs_workdir(run, tmp_path):
   md = open(tmp_path / "report.md").read()
   summary = json.load(open(os.path.join(work, "summary.json")))
   assert "## main job" in md and "Table 1: addition" in md and "Table 2: negation" in md
-  assert f"oracle_retention: {summary['oracle_retention']:.2f}" in md
+  assert f"retention (oracle): {summary['oracle_retention']:.2f}" in md
   assert "departures from METHOD: " in md and "calibrate = True (METHOD: False)" in md
+  # the headline (the README's layout: composed / controls, with cell counts) leads the tables
+  block = summary["addition"]["cross_model"]["closed_form"]
+  head = f"{block['composed']:+.1f} / {block['controls']:+.1f} ({block['cells']})"
+  assert head in md and md.index("Mean change from zero-shot") < md.index("Table 1: addition")
+  assert "controls (never in any fit): " + ", ".join(summary["controls"]) in md
+  rel = os.path.relpath(os.path.join(work, "negation.png"), tmp_path)
+  assert f"![negation]({rel})" in md  # Figure 2 embedded
   # the tables are the ones the job printed
-  printed = stdout[stdout.index("Table 1: addition"):].split("\noutputs in")[0]
+  printed = stdout[stdout.index("Mean change from zero-shot"):].split("\noutputs in")[0]
   missing = [line for line in printed.strip().splitlines() if line.strip() and line not in md
              and not re.match(r"\[ *[0-9.]+s\] process \d+ of \d+ did ", line)]  # a log line
   assert not missing, missing[:3]
@@ -892,3 +901,13 @@ def test_summary_records_what_produced_the_run(run):
   assert p["cpu"]["cpu_count"] >= 1 and p["jax"]["backend"] == "cpu"
   assert p["versions"]["jax"] and p["versions"]["flax"]
   assert set(p["timings"]["stages"]) >= {"study", "prepare", "cells"}
+
+
+def test_a_log_file_of_the_micro_main_job_is_small_and_has_no_carriage_returns(run):
+  """Written to files (not a terminal), the micro main job's log is plain lines: progress every
+  few seconds, no carriage returns, under 12 KB (stdout and stderr together)."""
+  work, stdout = run
+  with open(str(work) + ".stderr") as f:
+    stderr = f.read()
+  assert "\r" not in stdout + stderr
+  assert len((stdout + stderr).encode()) < 12 * 1024, len((stdout + stderr).encode())

@@ -134,8 +134,10 @@ def _rate(n: float, seconds: float, unit: str) -> str:
 
 class LineBar:
   """A bar for a log file: a plain line every ``every`` seconds (the stage, done/total, the
-  rate, the time left) and a final line at ``close``; each line one ``write`` ending in a
-  newline, never a carriage return. The methods the library calls on a tqdm bar."""
+  rate, the time left) and a final line at ``close`` (a stage that finished within ``every``
+  seconds writes none: its caller's own log line says what it did; a stopped one always
+  does); each line one ``write`` ending in a newline, never a carriage return. The methods the
+  library calls on a tqdm bar."""
 
   def __init__(self, total: int, desc: str, *, unit: str = "step", stream: TextIO | None = None,
                every: float | None = None, clock: Callable[[], float] = time.monotonic):
@@ -179,6 +181,8 @@ class LineBar:
         return
       self._closed = True
       elapsed = self._clock() - self._t0
+      if self.n >= self.total and elapsed < self._every and self._last == self._t0:
+        return  # done within one interval: the log keeps only what took time
       if self.n >= self.total:
         self._write(f"{self.desc}: {self.n}/{self.total} {self.unit} in {_duration(elapsed)} "
                     f"({_rate(self.n, elapsed, self.unit)})")

@@ -151,7 +151,7 @@ class Sweep:
         self.done[key] = json.loads(line)
         self.computed.append(key)
         bar.update(1)
-        if log:
+        if log and not progress.progress_enabled():  # else the bar reports the cells
           log(f"  [{i + 1}/{len(todo)}] {key}  ({time.time() - t0:.1f}s)")
     return [self.done[k] for k in keys]
 

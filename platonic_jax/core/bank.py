@@ -2,8 +2,15 @@
 
 Layout, one directory per entry:
 
-    <bank>/<slug>/arrays/     Orbax checkpoint of {"W": (d, d)}
-    <bank>/<slug>/meta.json   target, task, source, grid, provenance, rank, ridge, selection
+    <bank>/<slug>/arrays/          Orbax checkpoint of {"W": (d, d)}
+    <bank>/<slug>/meta.json        target, task, source, grid, provenance, rank, ridge, selection
+    <bank>/<slug>/checksums.json   sha256 of every other file (``platonic_jax.integrity``),
+                                   written last and checked before an entry is read
+
+An entry that fails its check (a truncated or altered file, or one written before entries
+carried checksums) is refused by ``get`` and ``verify`` with ``integrity.CorruptEntryError``
+naming its directory and what failed; the engine moves such an entry aside and solves it again.
+Entries moved aside (``<slug>.corrupt-<time>-<pid>``) are not listed.
 
 An entry is written under a hidden temporary directory in the bank and renamed into place, so a
 failed write leaves nothing behind and readers never see a half-written entry. No pickle.
@@ -42,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from platonic_jax import atomic
+from platonic_jax import atomic, integrity
 from platonic_jax.core.descriptor import float_dtype
 from platonic_jax.parallel import distributed
 from platonic_jax.core.operator import Operator, operator_from_record, operator_record
@@ -134,6 +141,7 @@ class OperatorBank:
           json.dump(meta, f, indent=1, sort_keys=True)
           f.flush()
           os.fsync(f.fileno())
+        integrity.seal(tmp)  # last: checksums.json, checked before the entry is read
     return key
 
   @staticmethod
@@ -151,15 +159,24 @@ class OperatorBank:
 
   def _entries(self) -> Iterator[tuple[Key, str]]:
     for name in sorted(os.listdir(self.directory)):
-      if name.startswith("."):
+      if name.startswith(".") or integrity.is_aside(name):
         continue
       path = os.path.join(self.directory, name)
       meta_path = os.path.join(path, _META)
       if not os.path.isfile(meta_path):
         raise ValueError(f"bank entry {path} has no {_META} (not written by OperatorBank?)")
-      with open(meta_path, "r", encoding="utf-8") as f:
+      yield self._key(path), path
+
+  @staticmethod
+  def _key(path: str) -> Key:
+    """The key an entry's meta.json names (CorruptEntryError naming the entry when that file
+    cannot be read)."""
+    try:
+      with open(os.path.join(path, _META), "r", encoding="utf-8") as f:
         meta = json.load(f)
-      yield (meta["target_id"], meta["task"], meta["source"]), path
+      return (meta["target_id"], meta["task"], meta["source"])
+    except (ValueError, KeyError, TypeError) as e:
+      raise integrity.CorruptEntryError(path, f"unreadable {_META}: {e}") from None
 
   def keys(self) -> list[Key]:
     """All stored `(target_id, task, source)` keys, sorted."""
@@ -169,7 +186,19 @@ class OperatorBank:
     return len(self.keys())
 
   def __contains__(self, key: Key) -> bool:
+    """Whether an entry is stored under ``key`` (not checked: ``verify``)."""
     return os.path.isdir(os.path.join(self.directory, entry_name(tuple(key))))
+
+  def verify(self, key: Key) -> bool:
+    """Whether a whole entry is stored under ``key``: False when none is, True when its files
+    match its ``checksums.json`` (hashed once per process); ``integrity.CorruptEntryError``
+    naming the entry when they do not."""
+    path = os.path.join(self.directory, entry_name(tuple(key)))
+    try:
+      integrity.verify_dir(path)
+    except FileNotFoundError:
+      return False
+    return True
 
   def targets(self) -> list[str]:
     """Target ids the bank holds operators for."""
@@ -194,16 +223,18 @@ class OperatorBank:
     return path
 
   def get(self, target: str, task: str, source: str) -> Operator:
-    """The stored operator for `(target, task, source)`."""
+    """The stored operator for `(target, task, source)`; ``integrity.CorruptEntryError`` naming
+    the entry when its files fail their checksums."""
     key = (target, task, source)
     path = self._path(key)
+    integrity.verify_dir(path)  # CorruptEntryError naming the entry; once per process
     with open(os.path.join(path, _META), "r", encoding="utf-8") as f:
       meta = json.load(f)
     if meta.get("format") != _FORMAT:
       raise ValueError(f"{path}: unknown entry format {meta.get('format')!r}")
-    if (meta["target_id"], meta["task"], meta["source"]) != key:
-      raise ValueError(f"{path}: entry holds {_fmt((meta['target_id'], meta['task'], meta['source']))}"
-                       f", not {_fmt(key)}")
+    held = (meta["target_id"], meta["task"], meta["source"])
+    if held != key:
+      raise ValueError(f"{path}: entry holds {_fmt(held)}, not {_fmt(key)}")
     with ocp.StandardCheckpointer(multiprocessing_options=distributed.orbax_options()) as ckpt:
       arrays = ckpt.restore(os.path.join(path, _ARRAYS), distributed.local_abstract(
           {"W": jax.ShapeDtypeStruct(tuple(meta["shape"]), jnp.dtype(meta["dtype"]))}))

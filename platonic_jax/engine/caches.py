@@ -1,19 +1,25 @@
 """The engine's caches: content hashes, the embedding cache, product files, the compilation cache.
 
-Every cache key is ``content_hash`` of what determines the value.
+Every cache key is ``content_hash`` of what determines the value (docs/caches.md lists them).
 
 Caches under ``cache_dir``, all keyed by content (safe to share between experiments and runs):
 
     embeddings/<sha>.safetensors   pre-trained embeddings per model x split (``EmbeddingCache``)
     sources/<sha>/                 a source fine-tune: Orbax LoRA adapter, descriptor, meta.json
     bank/                          the ``OperatorBank`` of closed-form operators
+    filehash/                      the sha256 of data files, by path and stamp (``filehash``)
 
-An embedding is keyed by the model's fingerprint and the split's content hash; a source by the
-model's fingerprint, the task's content (train split, probes, prompts) and the recipe; an
-operator by the target's id, the task, and a source id that names the route (``core.routes``:
-"fold", "head_edit" or "embedding_operator") and hashes it with the descriptor it solves, the
-fine-tune seed and the selection settings (a head edit's ``dK (m, d)`` and an operator's
-``W (d, d)`` never share an entry).
+An embedding is keyed by the model's fingerprint and the split's content hash (for a loader
+split, the bytes of its files: ``inputs.split_content``); a source by the model's fingerprint,
+the task's content (train split, probes, prompts) and the recipe; an operator by the target's
+id, the task, and a source id that names the route (``core.routes``: "fold", "head_edit" or
+"embedding_operator") and hashes it with the descriptor it solves, the fine-tune seed and the
+selection settings (a head edit's ``dK (m, d)`` and an operator's ``W (d, d)`` never share an
+entry).
+
+Every entry carries a checksum checked on read (``platonic_jax.integrity``: a safetensors
+header for a file, ``checksums.json`` for a directory); one that fails is moved aside, logged
+once and computed again.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from platonic_jax import atomic
+from platonic_jax import atomic, integrity
 
 
 def plain(obj: Any) -> Any:
@@ -71,11 +77,15 @@ def content_hash(*parts: Any) -> str:
 
 class EmbeddingCache:
   """float32 arrays in ``directory/<key>.safetensors``; ``key`` = ``content_hash(...)`` of what
-  determines the array. Counts ``hits`` and ``misses`` (arrays computed and written)."""
+  determines the array. Each file carries the sha256 of its array (``integrity.dumps``),
+  checked on read: a corrupt or truncated entry is moved aside, logged once with ``log``
+  (default: a logging warning) and computed again. Counts ``hits`` and ``misses`` (arrays
+  computed and written)."""
 
-  def __init__(self, directory: str | os.PathLike):
+  def __init__(self, directory: str | os.PathLike, log: Callable[[str], None] | None = None):
     self.directory = os.path.abspath(os.fspath(directory))
     os.makedirs(self.directory, exist_ok=True)
+    self.log = log
     self.hits = 0
     self.misses = 0
 
@@ -86,36 +96,46 @@ class EmbeddingCache:
     return os.path.isfile(self.path(key))
 
   def get(self, key: str) -> np.ndarray:
-    import safetensors.numpy
+    """The array under ``key``: FileNotFoundError when absent, ``integrity.CorruptEntryError``
+    (naming the file) when it fails its check."""
+    arrays, _ = integrity.load_file(self.path(key))
     self.hits += 1
-    return safetensors.numpy.load_file(self.path(key))["x"]
+    return arrays["x"]
+
+  def load(self, key: str) -> np.ndarray | None:
+    """The array under ``key``, or None when absent or corrupt (moved aside and logged)."""
+    try:
+      return self.get(key)
+    except FileNotFoundError:
+      return None
+    except integrity.CorruptEntryError as e:
+      integrity.move_aside(e.path, e.reason, self.log)
+      return None
 
   def put(self, key: str, x) -> np.ndarray:
-    import safetensors.numpy
     x = np.ascontiguousarray(np.asarray(x, np.float32))
-    atomic.write_bytes(self.path(key), safetensors.numpy.save({"x": x}))
+    atomic.write_bytes(self.path(key), integrity.dumps({"x": x}))
     self.misses += 1
     return x
 
   def get_many(self, keys: Sequence[str],
                compute: Callable[[list[int]], Sequence]) -> list[np.ndarray]:
-    """The arrays of ``keys``; ``compute(missing indices)`` returns the missing ones in order
-    (one call for all of them, so a model embeds every missing split in one run)."""
-    missing = [i for i, k in enumerate(keys) if k not in self]
-    out: list = [None] * len(keys)
+    """The arrays of ``keys``; ``compute(missing indices)`` returns the missing ones (absent
+    or corrupt) in order (one call for all of them, so a model embeds every missing split in
+    one run)."""
+    out = [self.load(k) for k in keys]
+    missing = [i for i, x in enumerate(out) if x is None]
     if missing:
       for i, x in zip(missing, compute(missing)):
         out[i] = self.put(keys[i], x)
-    for i, k in enumerate(keys):
-      if out[i] is None:
-        out[i] = self.get(k)
     return out
 
 
 def product_path(entry: str) -> str:
   """Where a process that computed a cache entry alone (``distributed.solo``) leaves its product
-  until the entry is written collectively: ``<entry>.product``, a dot file beside it (the
-  bank's listing skips dot names)."""
+  until the entry is written collectively: ``.<entry>.product``, a dot file beside it (the
+  bank's listing skips dot names), checksummed (``distributed.pack``). A killed run's products
+  are stored by the next run, on any number of processes."""
   head, name = os.path.split(entry)
   return os.path.join(head, f".{name}.product")
 

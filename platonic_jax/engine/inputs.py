@@ -8,7 +8,6 @@ preprocessor applied) or a list of PIL images.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any, Sequence
 
 import numpy as np
@@ -70,11 +69,24 @@ def is_split(images) -> bool:
   return hasattr(images, "rows") and hasattr(images, "labels") and hasattr(images, "describe")
 
 
-def split_content(split) -> list:
-  """What identifies a loader ``Split``'s examples: task, split, format, each example's place
-  relative to the task's directory, labels."""
-  where = [os.path.relpath(p, split.root) if os.path.isabs(p) else p for p in split.paths]
-  return ["split", split.task.name, split.split, split.format, where,
+def split_content(split, hashes) -> list:
+  """What identifies a loader ``Split``'s examples, by content (``hashes``: an
+  ``engine.filehash.FileHashes``): task, split, format, the sha256 of each example's file
+  (one file per example) or of the files holding its table or arrays with the example's row
+  in them, and the labels. Neither the data's directory nor the files' names enter it: a
+  dataset moved elsewhere keys the same, one prepared again with other bytes keys anew."""
+  source = split.source
+  rows = np.asarray(split.rows)
+  if hasattr(source, "paths"):  # one file per example
+    content = ["files/1", hashes.digests([source.paths[int(r)] for r in rows])]
+  else:  # tables (Arrow, parquet) or an npz's arrays: their files, and the rows taken
+    files = list(getattr(source, "files", None) or [getattr(source, "path", None)])
+    if not all(isinstance(f, str) for f in files):
+      raise TypeError(f"split {split.task.name}/{split.split}: its source "
+                      f"{type(source).__name__} names no files to key its examples by")
+    content = ["rows/1", hashes.digests(files), rows.tolist(),
+               getattr(source, "column", None)]
+  return ["split/2", split.task.name, split.split, split.format, content,
           np.asarray(split.labels).tolist()]
 
 

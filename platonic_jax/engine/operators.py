@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from platonic_jax import atomic
+from platonic_jax import atomic, integrity
 from platonic_jax.core import routes
 from platonic_jax.core.analysis import CONSENSUS
 from platonic_jax.engine.caches import content_hash, product_path
@@ -34,10 +34,11 @@ def _pack_operators(ops: Mapping[str, Any]) -> bytes:
                           [[s, operator_record(ops[s])] for s in specs])
 
 
-def _unpack_operators(blob: bytes) -> dict[str, Any]:
-  """Inverse of ``_pack_operators``."""
+def _unpack_operators(blob: bytes, where: str) -> dict[str, Any]:
+  """Inverse of ``_pack_operators`` (``integrity.CorruptEntryError`` naming ``where`` when the
+  bytes fail their check)."""
   from platonic_jax.core.operator import operator_from_record
-  named, meta = distributed.unpack(blob)
+  named, meta = distributed.unpack(blob, where)
   return {s: operator_from_record(named[f"W/{i}"], rec) for i, (s, rec) in enumerate(meta)}
 
 
@@ -152,46 +153,106 @@ def operators_many(study, requests: Sequence[tuple[str, str, Sequence[str]]],
   something to solve (process 0's view of the bank, ``distributed.agree``) are divided over
   the processes by ``distributed.assign``, balanced by ``solve_cost``. Each process solves
   its share alone (``distributed.solo``) and writes each request's operators as one product
-  file (``_product``, atomically); after a barrier every operator is put in the bank
-  collectively (the primary host writes), in request order."""
+  file (``_product_file``, atomically); after a barrier every operator is put in the bank
+  collectively (the primary host writes), in request order. A product outlives a killed run:
+  a rerun on any number of processes puts its operators in the bank without solving them
+  again (a product that fails its check is moved aside and solved again)."""
   requests = [(tg, t, list(specs)) for tg, t, specs in requests]
   fs = study._recipe(seed)["seed"]
-  if distributed.process_count() > 1 and not distributed.alone():
-    missing = [_missing(study, tg, t, specs, seed, route) for tg, t, specs in requests]
-    flags = distributed.agree([bool(x) for x in missing])
-    todo = [i for i, f in enumerate(flags) if f]
-    # Costs and product names from the requests alone, the same on every process.
-    costs = [study.solve_cost(requests[i][0], requests[i][1], len(requests[i][2])) for i in todo]
-    files = {}
-    for i in todo:
-      tg, t, specs = requests[i]
-      r = study.check_route(tg, route)
-      sids = [source_id(study, s, study.descriptor(s, t, seed, target=tg), seed, r)
-              for s in specs]
-      files[i] = product_path(os.path.join(study.cache_dir, "bank", content_hash(
-          "operators/1", study.target_id(tg), t, fs, sids)))
-      if r == "head_edit":  # cached collectively before the processes go their own ways
-        study.head_features(tg, t)
-    with distributed.solo():
-      for i in distributed.my_share(todo, costs):
-        ops = _operators(study, *requests[i], seed, route, store=False, only_missing=True)
-        atomic.write_bytes(files[i], _pack_operators(ops))
-    distributed.barrier("study:operators")
-    for i in todo:  # collective bank writes, in request order
-      tg, t, _ = requests[i]
-      with open(files[i], "rb") as f:
-        ops = _unpack_operators(f.read())
-      for spec, op in ops.items():
-        try:
-          study.bank.put(op)
-        except FileExistsError:  # solved concurrently by another run: same content
-          pass
-        study._ops[(tg, t, spec, fs, study.check_route(tg, route))] = op
-    distributed.barrier("study:operators:stored")
-    if distributed.is_primary():
-      for f in files.values():
-        os.remove(f)
+  if distributed.process_count() == 1 or distributed.alone():
+    if any(n.endswith(".product") for n in _bank_names(study)):  # a killed run left some
+      for r in requests:
+        if _missing(study, *r, seed, route):
+          path = _product_file(study, r, seed, route)
+          ops = _read_product(study, path)
+          if ops is not None:
+            _put(study, r, ops, fs, route)
+            _remove(path)
+    return [_operators(study, tg, t, specs, seed, route) for tg, t, specs in requests]
+  missing = [_missing(study, tg, t, specs, seed, route) for tg, t, specs in requests]
+  todo = [i for i, f in enumerate(distributed.agree([bool(x) for x in missing])) if f]
+  # Product names from the requests alone, the same on every process.
+  files = {i: _product_file(study, requests[i], seed, route) for i in todo}
+  made = {i: _read_product(study, files[i]) for i in todo}  # a killed run's finished shares
+  got = distributed.agree([made[i] is not None for i in todo])
+  solve = [i for i, g in zip(todo, got) if not g]
+  costs = [study.solve_cost(requests[i][0], requests[i][1], len(requests[i][2])) for i in solve]
+  for i in solve:
+    tg, t, _ = requests[i]
+    if study.check_route(tg, route) == "head_edit":  # cached collectively before the
+      study.head_features(tg, t)                      # processes go their own ways
+  with distributed.solo():
+    for i in distributed.my_share(solve, costs):
+      ops = _operators(study, *requests[i], seed, route, store=False, only_missing=True)
+      atomic.write_bytes(files[i], _pack_operators(ops))
+  distributed.barrier("study:operators")
+  for i in todo:  # collective bank writes, in request order
+    with open(files[i], "rb") as f:
+      ops = _unpack_operators(f.read(), files[i])
+    _put(study, requests[i], ops, fs, route)
+  distributed.barrier("study:operators:stored")
+  if distributed.is_primary():
+    for f in files.values():
+      _remove(f)
   return [_operators(study, tg, t, specs, seed, route) for tg, t, specs in requests]
+
+
+def _product_file(study, request, seed: int | None, route: str | None) -> str:
+  """Where a process leaves the operators it solved for ``request`` ``(target, task, specs)``:
+  ``product_path`` of the request's key in the bank's directory."""
+  tg, t, specs = request
+  r = study.check_route(tg, route)
+  sids = [source_id(study, s, study.descriptor(s, t, seed, target=tg), seed, r) for s in specs]
+  return product_path(os.path.join(study.cache_dir, "bank", content_hash(
+      "operators/1", study.target_id(tg), t, study._recipe(seed)["seed"], sids)))
+
+
+def _bank_names(study) -> list[str]:
+  try:
+    return os.listdir(study.bank.directory)
+  except FileNotFoundError:
+    return []
+
+
+def _read_product(study, path: str) -> dict[str, Any] | None:
+  """The operators a process left in the product file ``path``, or None when there is none or
+  it fails its check (then it is moved aside and logged)."""
+  try:
+    with open(path, "rb") as f:
+      return _unpack_operators(f.read(), path)
+  except FileNotFoundError:
+    return None
+  except integrity.CorruptEntryError as e:
+    integrity.move_aside(e.path, e.reason, study.log)
+    return None
+
+
+def _put(study, request, ops: Mapping[str, Any], fs: int, route: str | None) -> None:
+  """Stores a product's operators in the bank (a collective with several processes)."""
+  tg, t, _ = request
+  for spec, op in ops.items():
+    try:
+      study.bank.put(op)
+    except FileExistsError:  # solved concurrently by another run: same content
+      pass
+    study._ops[(tg, t, spec, fs, study.check_route(tg, route))] = op
+
+
+def _remove(path: str) -> None:
+  try:
+    os.remove(path)
+  except FileNotFoundError:
+    pass
+
+
+def _in_bank(study, key) -> bool:
+  """Whether the bank holds a whole entry under ``key``; a corrupt one (``OperatorBank.verify``)
+  is moved aside, logged, and reads as absent."""
+  try:
+    return study.bank.verify(key)
+  except integrity.CorruptEntryError as e:
+    integrity.move_aside(e.path, e.reason, study.log)
+    return False
 
 
 def solve_cost(study, target: str, t: str, n_specs: int) -> float:
@@ -213,7 +274,7 @@ def _missing(study, target: str, t: str, specs: Sequence[str], seed: int | None,
       continue
     desc = study.descriptor(spec, t, seed, target=target)
     sid = source_id(study, spec, desc, seed, route)
-    if (study.target_id(target), t, sid) not in study.bank:
+    if not _in_bank(study, (study.target_id(target), t, sid)):
       missing.append((spec, desc, sid))
   return missing
 
@@ -236,7 +297,7 @@ def _operators(study, target: str, t: str, specs: Sequence[str], seed: int | Non
     desc = study.descriptor(spec, t, seed, target=target)
     sid = source_id(study, spec, desc, seed, route)
     key = (study.target_id(target), t, sid)
-    if key in study.bank:
+    if _in_bank(study, key):
       out[spec] = study._ops[mk] = study.bank.get(*key)
     else:
       missing.append((spec, desc, sid))

@@ -2,8 +2,9 @@
 on disk, and their division over the processes of one program.
 
 A source entry ``sources/<model>-<task>-<key>/`` (``source_path``) holds the Orbax adapter,
-``descriptor.safetensors`` and ``meta.json``; its key is the model's fingerprint, the task's
-content hash, the recipe and the head padding.
+``descriptor.safetensors`` and ``meta.json``, sealed by ``checksums.json`` (``integrity``:
+checked on read; a corrupt entry is moved aside, logged and trained again); its key is the
+model's fingerprint, the task's content hash, the recipe and the head padding.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from platonic_jax import atomic
+from platonic_jax import atomic, integrity
 from platonic_jax.engine.caches import content_hash, product_path
 from platonic_jax.parallel import distributed
 
@@ -53,15 +54,37 @@ def _pack_source(result: dict) -> bytes:
                                   **{k: result[k] for k in ("ceiling", "finetune", "seconds")}})
 
 
-def _unpack_source(blob: bytes) -> dict:
-  """Inverse of ``_pack_source``."""
+def _unpack_source(blob: bytes, where: str) -> dict:
+  """Inverse of ``_pack_source`` (``integrity.CorruptEntryError`` naming ``where`` when the
+  bytes fail their check)."""
   from platonic_jax.core.descriptor import Descriptor
-  named, meta = distributed.unpack(blob)
+  named, meta = distributed.unpack(blob, where)
   n = len(meta["adapter"]["paths"])
   arrays = {k: [named[f"{k}/{i}"] for i in range(n)] for k in ("a", "b")}
   return {"adapter": (arrays, meta["adapter"]), "descriptor": Descriptor.decode(
       named["descriptor"].tobytes(), meta["descriptor"], "a fine-tune product"),
           **{k: meta[k] for k in ("ceiling", "finetune", "seconds")}}
+
+
+def _read_product(study, path: str) -> dict | None:
+  """The fine-tune a process left as the product of entry ``path`` (``_pack_source``), or None
+  when there is none or it fails its check (then it is moved aside and logged)."""
+  product = product_path(path)
+  try:
+    with open(product, "rb") as f:
+      return _unpack_source(f.read(), product)
+  except FileNotFoundError:
+    return None
+  except integrity.CorruptEntryError as e:
+    integrity.move_aside(e.path, e.reason, study.log)
+    return None
+
+
+def _remove_product(path: str) -> None:
+  try:
+    os.remove(product_path(path))
+  except FileNotFoundError:
+    pass
 
 
 def source_path(study, m: str, t: str, recipe: dict) -> str:
@@ -85,24 +108,32 @@ def sources(study, pairs: Sequence[tuple[str, str]], seed: int | None = None,
   share alone (``distributed.solo``: its local devices, its threads) and writes each product
   as soon as it is done (``_product``: one file, atomically); after a barrier every entry is
   written collectively from its product (Orbax's multi-process path: the primary host
-  writes), in pair order. A product outlives a killed run, so a rerun stores it without
-  training again."""
+  writes), in pair order. A product outlives a killed run, so a rerun, on any number of
+  processes, stores it without training again (a product that fails its check is moved aside
+  and trained again)."""
   recipe = study._recipe(seed)
   workers = study.workers if workers is None else int(workers)
   if workers < 1:
     raise ValueError(f"workers must be a positive integer, got {workers}")
   entries = [(m, t, source_path(study, m, t, recipe)) for m, t in dict.fromkeys(pairs)
              if (m, t, recipe["seed"]) not in study._sources]
-  stored = [os.path.isfile(os.path.join(path, "meta.json")) for _, _, path in entries]
+  stored = [integrity.check_dir(path, study.log) for _, _, path in entries]
   train = lambda item: _train(study, item[0], item[1], recipe)
   if distributed.process_count() == 1 or distributed.alone():
-    todo = [e for e, done in zip(entries, stored) if not done]
+    left = [e for e, done in zip(entries, stored) if not done]
+    products = [_read_product(study, path) for _, _, path in left]
+    todo = [e for e, made in zip(left, products) if made is None]
     for m, t, _ in todo:  # embeddings first, in this thread (one run per model)
       study.emb(m, t)
+    for (m, t, path), result in zip(left, products):  # a killed run's finished fine-tunes
+      if result is not None:
+        _store(study, path, m, t, recipe, result)
+        _remove_product(path)
     for (m, t, path), result in zip(todo, _map(train, todo, workers)):
       _store(study, path, m, t, recipe, result)
   else:
-    made = [os.path.isfile(product_path(path)) for _, _, path in entries]
+    made = [not done and _read_product(study, path) is not None
+            for (_, _, path), done in zip(entries, stored)]
     flags = distributed.agree(stored + made)  # process 0's view, the same list everywhere
     store = [e for e, done in zip(entries, flags[:len(entries)]) if not done]
     todo = [e for e, done, got in zip(entries, flags[:len(entries)], flags[len(entries):])
@@ -116,10 +147,10 @@ def sources(study, pairs: Sequence[tuple[str, str]], seed: int | None = None,
     distributed.barrier("study:sources")
     for m, t, path in store:  # collective writes, in pair order
       with open(product_path(path), "rb") as f:
-        result = _unpack_source(f.read())
+        result = _unpack_source(f.read(), product_path(path))
       _store(study, path, m, t, recipe, result)
       if distributed.is_primary():
-        os.remove(product_path(path))
+        _remove_product(path)
   out = {}
   for m, t in pairs:
     mkey = (m, t, recipe["seed"])
@@ -202,11 +233,13 @@ def _store(study, path: str, m: str, t: str, recipe: dict, result: dict) -> None
               "finetune": result["finetune"]}
       with open(os.path.join(tmp, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1, sort_keys=True)
+      integrity.seal(tmp)  # last: checksums.json, checked on every read
 
 
 def _load_source(study, m: str, t: str, seed: int, path: str) -> Source:
   from platonic_jax.core import train
   from platonic_jax.core.descriptor import Descriptor
+  integrity.verify_dir(path)  # hashed once per process (``sources`` checked it first)
   with open(os.path.join(path, "meta.json")) as f:
     meta = json.load(f)
   desc = Descriptor.load(os.path.join(path, "descriptor.safetensors"))

@@ -39,6 +39,7 @@ from platonic_jax.engine import inputs as inputs_lib
 from platonic_jax.engine import operators as operators_lib
 from platonic_jax.engine import sources as sources_lib
 from platonic_jax.engine.caches import EmbeddingCache, content_hash
+from platonic_jax.engine.filehash import FileHashes
 from platonic_jax.engine.inputs import (HeadFeatures, TaskEmbeddings, embed_inputs, embed_unique,
                                         is_pixels, is_split, loader_inputs, split_content)
 from platonic_jax.models.preprocess import NaflexInputs
@@ -117,7 +118,9 @@ class Study:
     self.log = log
     self.world = world
     self.cache_dir = os.path.abspath(os.path.expanduser(cache_dir))
-    self.embeddings = EmbeddingCache(os.path.join(self.cache_dir, "embeddings"))
+    self.embeddings = EmbeddingCache(os.path.join(self.cache_dir, "embeddings"),
+                                     log=lambda line: self.log(line))
+    self.file_hashes = FileHashes(os.path.join(self.cache_dir, "filehash"))
     self.counts: collections.Counter = collections.Counter()
     self._bank = None
     self._hashes: dict[int, tuple[Any, str]] = {}
@@ -171,8 +174,8 @@ class Study:
     self.tasks[task.name] = task
 
   def array_hash(self, images) -> str:
-    """Content hash of an image array, ``NaflexInputs`` (its three arrays), loader split or list
-    (memoised per object)."""
+    """Content hash of an image array, ``NaflexInputs`` (its three arrays), loader split (the
+    bytes of its examples' files, ``inputs.split_content``) or list (memoised per object)."""
     hit = self._hashes.get(id(images))
     if hit is not None and hit[0] is images:
       return hit[1]
@@ -182,7 +185,7 @@ class Study:
       h = content_hash("naflex/1", *(np.asarray(getattr(images, f.name))
                                      for f in dataclasses.fields(NaflexInputs)))
     elif is_split(images):
-      h = content_hash(*split_content(images))
+      h = content_hash(*split_content(images, self.file_hashes))
     else:
       h = content_hash(*[np.asarray(x) for x in images])
     self._hashes[id(images)] = (images, h)

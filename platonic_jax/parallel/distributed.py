@@ -282,18 +282,20 @@ def check_same(what: str, value: str) -> None:
 
 def pack(arrays: Mapping[str, np.ndarray], meta) -> bytes:
   """A product of one process's share as bytes (safetensors: named arrays, JSON-able ``meta``;
-  no pickle), for the processes that write or read it after the share."""
-  import safetensors.numpy
-  return safetensors.numpy.save({k: np.ascontiguousarray(v) for k, v in arrays.items()},
-                                metadata={"meta": json.dumps(meta, sort_keys=True)})
+  no pickle), for the processes that write or read it after the share. The header carries the
+  sha256 of both (``integrity.dumps``), checked by ``unpack``."""
+  from platonic_jax import integrity
+  return integrity.dumps(arrays, {"meta": json.dumps(meta, sort_keys=True)})
 
 
-def unpack(blob: bytes) -> tuple[dict[str, np.ndarray], object]:
-  """Inverse of ``pack``: (arrays, meta)."""
-  import safetensors.numpy
-  n = int.from_bytes(blob[:8], "little")  # safetensors: u64 header size, then the JSON header
-  header = json.loads(blob[8:8 + n])
-  return safetensors.numpy.load(blob), json.loads(header["__metadata__"]["meta"])
+def unpack(blob: bytes, where: str = "a product") -> tuple[dict[str, np.ndarray], object]:
+  """Inverse of ``pack``: (arrays, meta). ``integrity.CorruptEntryError`` naming ``where``
+  (the product's file) for truncated bytes or bytes that do not match their checksum."""
+  from platonic_jax import integrity
+  arrays, metadata = integrity.loads(blob, where)
+  if "meta" not in metadata:
+    raise integrity.CorruptEntryError(where, "no product record in its header")
+  return arrays, json.loads(metadata["meta"])
 
 
 def allgather_rows(x: jax.Array) -> np.ndarray:

@@ -167,7 +167,7 @@ def build_family(config, family: str, *, pool=None, log: Callable[[str], None] |
   check_family(config, family)
   m = modality(config)
   out_dir = family_cache_dir(config, family)
-  if cache.is_complete(out_dir):
+  if cache.check(out_dir, log):  # a corrupt entry: moved aside, logged, pretrained again
     t0 = time.perf_counter()
     module, tokenizer = cache.restore_entry(out_dir, lambda: init_module(config, family))
     model = dual_encoder(module, config, family, tokenizer, out_dir)

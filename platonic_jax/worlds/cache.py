@@ -1,9 +1,12 @@
 """A pretrained family's cache entry: Orbax parameters, config.json, the word tokenizer, extra
-files, and meta.json written last, the whole entry renamed into place at once.
+files, meta.json, and checksums.json written last, the whole entry renamed into place at once.
 
 An entry is complete when its ``meta.json`` exists: it is written into a temporary sibling
 directory and renamed in (``parallel.distributed.staged_dir``), so an interrupted run leaves no
-partial entry under the entry's name.
+partial entry under the entry's name. ``checksums.json`` holds the sha256 of every other file
+(``platonic_jax.integrity``); ``check`` verifies an entry before it is restored, and one that
+fails (a truncated or altered file, or an entry written before entries carried checksums) is
+moved aside, logged, and the family pretrained again.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from platonic_jax import integrity
 from platonic_jax.data import tokenizer as tok
 from platonic_jax.parallel import distributed
 
@@ -23,6 +27,12 @@ COMPLETE = "meta.json"
 def is_complete(entry: str) -> bool:
   """Whether ``entry`` holds a whole cache entry (its ``meta.json``)."""
   return os.path.isfile(os.path.join(entry, COMPLETE))
+
+
+def check(entry: str, log: Callable[[str], None] | None = None) -> bool:
+  """Whether ``entry`` holds a whole cache entry whose files match its checksums; a corrupt one
+  is moved aside (``integrity.move_aside``, one line to ``log``) and reads as absent."""
+  return is_complete(entry) and integrity.check_dir(entry, log)
 
 
 def read_meta(entry: str) -> dict:
@@ -55,6 +65,7 @@ def save_entry(entry: str, module, hf_config: Mapping, tokenizer, meta: Mapping,
         extra(tmp)
       with open(os.path.join(tmp, COMPLETE), "w") as f:
         json.dump(meta, f, indent=2, sort_keys=True, default=float)
+      integrity.seal(tmp)  # last: checksums.json, checked before the entry is restored
 
 
 def restore_entry(entry: str, init: Callable[[], Any]):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -209,3 +210,37 @@ def test_only_stale_temporaries_are_removed_on_open(tmp_path):
   assert set(reopened.cleaned) == stale
   assert set(os.listdir(tmp_path)) == kept | {bank_mod.entry_name(key)}
   assert reopened.keys() == [key] and OperatorBank(tmp_path).cleaned == []
+
+
+def _chunks(entry):
+  """The Orbax data files of an entry's arrays (the largest first)."""
+  files = [os.path.join(r, f) for r, _, fs in os.walk(os.path.join(entry, "arrays")) for f in fs]
+  return sorted(files, key=lambda f: -os.path.getsize(f))
+
+
+def test_a_truncated_entry_is_refused_naming_it(tmp_path):
+  """A truncated meta.json or arrays chunk fails the entry's checksums: ``get`` and ``verify``
+  raise CorruptEntryError naming the entry's directory and the file (not a bare JSON or
+  TensorStore error), and an entry moved aside is no longer listed."""
+  from platonic_jax import integrity
+  bank = OperatorBank(tmp_path / "bank")
+  key = bank.put(_op("eurosat"))
+  entry = os.path.join(bank.directory, bank_mod.entry_name(key))
+  assert "checksums.json" in os.listdir(entry) and bank.verify(key)
+  assert not bank.verify(("t", "task", "absent"))
+  for name, path in (("meta.json", os.path.join(entry, "meta.json")),
+                     ("arrays chunk", _chunks(entry)[0])):
+    blob = open(path, "rb").read()
+    with open(path, "wb") as f:
+      f.write(blob[:len(blob) // 2])
+    integrity._VERIFIED.clear()  # a new process: nothing hashed yet
+    rel = os.path.relpath(path, entry)
+    for call in (lambda: OperatorBank(tmp_path / "bank").get(*key), lambda: bank.verify(key)):
+      with pytest.raises(integrity.CorruptEntryError, match=re.escape(f"{rel} does not match")) \
+          as e:
+        call()
+      assert e.value.path == entry, name
+    with open(path, "wb") as f:
+      f.write(blob)
+  integrity.move_aside(entry, "test", lambda s: None)
+  assert bank.keys() == [] and not bank.verify(key)

@@ -20,6 +20,7 @@ import os
 from typing import Any, Callable
 
 from platonic_jax.core.analysis import CONSENSUS
+from platonic_jax.engine import lock
 
 RESULTS = "results.jsonl"
 SKIPPED = "skipped.json"  # {"task/split": [where each corrupt example left out lived]}
@@ -158,12 +159,14 @@ class Outcome:
   summary: Any = None
 
 
+@lock.releasing  # the workdir's lock (taken below) is let go however the run ends
 def run(exp: Experiment, config, workdir: str, *, log: Callable[[str], None] = print,
         world=None, study=None) -> Outcome:
   """Runs (or resumes) the sweep of ``exp`` into ``workdir/<exp.SWEEP>``.
 
   In order: ``exp.check(config)``; the workdir checked writable and free of another config's
-  results (``sweep.check_writable_dir``, ``sweep.check_results``), before anything is loaded;
+  results (``sweep.check_writable_dir``, ``sweep.check_results``), before anything is loaded,
+  and held by this run alone (``engine.lock``: a second run on it is refused);
   the study (``exp.make_study``, or ``study``); ``exp.cells``; ``exp.prepare`` (every run and
   process: what the cells read, divided by the engine); the cells as a divided sweep
   (``sweep.divided_sweep``, balanced by ``exp.cost``); on process 0 ``exp.outputs``.
@@ -174,6 +177,7 @@ def run(exp: Experiment, config, workdir: str, *, log: Callable[[str], None] = p
   from platonic_jax.parallel import distributed
   exp.check(config)
   check_writable_dir(workdir, "workdir")
+  lock.hold(workdir)  # one run per workdir: a second is refused, naming the holder (engine.lock)
   chash = config_hash(config)
   distributed.check_same("the config", chash)
   path = os.path.join(workdir, exp.SWEEP)

@@ -114,7 +114,9 @@ def absorbing_targets(c: ml_collections.ConfigDict) -> tuple[str, ...]:
 def check_name_lists(c: ml_collections.ConfigDict) -> None:
   """Refuses a list field holding a string with a comma or an opening bracket, what a list
   given on the command line without the tuple syntax becomes (ValueError naming the field and
-  showing the syntax)."""
+  showing the syntax), and an empty ``data.tasks`` or ``data.models`` on the paper's data
+  (``data.source`` "real": a run with nothing to compute; a toy world's empty lists mean all of
+  its tasks and families)."""
   def walk(node, prefix):
     for key, value in node.items():
       field = prefix + key
@@ -128,6 +130,14 @@ def check_name_lists(c: ml_collections.ConfigDict) -> None:
                 f"config.{field} holds {x!r}, one name with a comma or bracket in it; give "
                 f"several as a tuple: --config.{field}=\"{tuple(names)!r}\"")
   walk(c, "")
+  data = c.get("data")
+  if data is not None and data.get("source") == "real":
+    if not data.get("tasks"):
+      raise ValueError("config.data.tasks is empty: a run on the paper's data needs at least one "
+                       "downstream task, e.g. --config.data.tasks=\"('eurosat', 'dtd')\"")
+    if not data.get("models"):
+      raise ValueError("config.data.models is empty: a run on the paper's data needs at least "
+                       "one model {name: Hugging Face id or local directory}")
 
 
 def method_options(c: ml_collections.ConfigDict, **values) -> ml_collections.ConfigDict:

@@ -56,3 +56,20 @@ def test_the_main_job_refuses_a_comma_list_without_the_tuple_syntax():
   c.data.tasks = ("shape,color",)
   with pytest.raises(ValueError, match=r"config\.data\.tasks holds 'shape,color'"):
     launch.configure(c)
+
+
+@pytest.mark.parametrize("field", ["tasks", "models"])
+def test_a_suite_run_on_the_papers_data_with_an_empty_list_is_refused_before_writing(
+    tmp_path, field):
+  """An empty ``data.tasks`` (or ``data.models``) on the paper's data has nothing to compute:
+  refused naming the field before anything is loaded or written (it used to write config.json,
+  skipped.json and tables.md and then fail in the report for want of a results file). A toy
+  world's empty task list means all of its tasks."""
+  from experiments import tables
+  from experiments.configs.common import check_name_lists
+  c = load_config("table1_addition", "", **{f"data.{field}": () if field == "tasks" else {}})
+  work = tmp_path / "work"
+  with pytest.raises(ValueError, match=rf"config\.data\.{field} is empty"):
+    tables.run(c, str(work), log=lambda s: None)
+  assert not work.exists()
+  check_name_lists(load_config("table1_addition", "micro", **{"data.tasks": ()}))

@@ -1,6 +1,16 @@
 """One cell of the method: the target edited by a cell's terms, scored on the evaluation tasks,
 for every method (closed form, random-UTD, oracle, weight space, adapter; GradFix, Theseus and
 the untransported vectors in a same-architecture cell).
+
+Routes: a closed-form edit reaches a target by ``Study.route(target)``: "fold" for the affine
+families (the operator folded into the last projection), and for the residual-head families
+(SigLIP, SigLIP2) the study's ``residual_head_route``: "head_edit" (METHOD's deployable route,
+``fc2.kernel += dK``, selected label-free through the edited head) or "embedding_operator"
+(the reference, ``W`` applied outside the model). ``closed_form_accuracy`` scores each route as
+the edited model predicts, from cached features: a folded target's embedding is
+``z (I + sum s W)`` (the folded projection applied to the cached pre-projection features), a
+head-edited one's ``normalise(zhat + Hh sum s dK)`` (``head_features``, cached like the
+embeddings under ``embeddings/``).
 """
 
 from __future__ import annotations

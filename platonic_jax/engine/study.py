@@ -9,19 +9,10 @@
 
 Caches: ``engine.caches`` (what each key covers).
 
-Routes: a closed-form edit reaches a target by ``Study.route(target)``: "fold" for the affine
-families (the operator folded into the last projection), and for the residual-head families
-(SigLIP, SigLIP2) the study's ``residual_head_route``: "head_edit" (METHOD's deployable route,
-``fc2.kernel += dK``, selected label-free through the edited head) or "embedding_operator"
-(the reference, ``W`` applied outside the model). ``closed_form_accuracy`` scores each route as
-the edited model predicts, from cached features: a folded target's embedding is
-``z (I + sum s W)`` (the folded projection applied to the cached pre-projection features), a
-head-edited one's ``normalise(zhat + Hh sum s dK)`` (``head_features``, cached like the
-embeddings under ``embeddings/``).
+Routes and how each is scored: ``engine.cells``.
 
 ``counts`` records what this object actually computed (embedding runs, fine-tunes, solves), so
 a resumed sweep can be checked to redo nothing.
-
 """
 
 from __future__ import annotations
@@ -331,10 +322,7 @@ class Study:
     "embedding_operator" for a residual-head one (what analyses of ``W`` itself read)."""
     return self.route(m, "embedding_operator")
 
-  def head_features(self, m: str, t: str) -> HeadFeatures:
-    """The residual head's ``Hh`` of ``m``'s probes and test images on ``t``, cached
-    (``engine.inputs.head_features``)."""
-    return inputs_lib.head_features(self, m, t)
+  head_features = inputs_lib.head_features
 
   # -- sources ------------------------------------------------------------------------------
 
@@ -350,65 +338,29 @@ class Study:
     rounding), so each model compiles one fine-tuning step for all its downstream tasks."""
     return max([self.task(t).num_classes] + [self.task(u).num_classes for u in self.downstream])
 
-  # -- the façade: sources, operators and scoring (engine.sources, .operators, .cells) --------
+  # -- the façade: sources (``engine.sources``), operators and descriptor specs
+  # (``engine.operators``), scoring (``engine.cells``); each a function of the study --------
 
   def source(self, m: str, t: str, seed: int | None = None):
     """The labeled source fine-tune of model ``m`` on task ``t`` (``engine.sources``)."""
     return sources_lib.sources(self, [(m, t)], seed)[(m, t)]
 
-  def sources(self, pairs: Sequence[tuple[str, str]], seed: int | None = None,
-              workers: int | None = None) -> dict:
-    """{(model, task): Source} (``engine.sources.sources``)."""
-    return sources_lib.sources(self, pairs, seed, workers)
-
-  def param_count(self, m: str) -> int:
-    return sources_lib.param_count(self, m)
-
-  def finetune_cost(self, m: str, recipe: Mapping[str, Any] | None = None) -> float:
-    return sources_lib.finetune_cost(self, m, recipe)
-
-  @property
-  def bank(self):
-    return operators_lib.bank(self)
-
-  def descriptor(self, spec: str, t: str, seed: int | None = None, *, target: str = ""):
-    """The one-term descriptor of source spec ``spec`` on ``t`` as ``target`` reads it
-    (``engine.operators.descriptor``)."""
-    return operators_lib.descriptor(self, spec, t, seed, target=target)
-
-  def edit_descriptor(self, target: str, tasks: Sequence[str], specs: Sequence[str],
-                      sign: float = 1.0, seed: int | None = None):
-    return operators_lib.edit_descriptor(self, target, tasks, specs, sign, seed)
-
-  def operators(self, target: str, t: str, specs: Sequence[str], seed: int | None = None,
-                route: str | None = None) -> dict:
-    """{spec: Operator} for ``target`` on ``t`` (``engine.operators.operators``)."""
-    return operators_lib.operators(self, target, t, specs, seed, route)
-
-  def operators_many(self, requests, seed: int | None = None, route: str | None = None) -> list:
-    return operators_lib.operators_many(self, requests, seed, route)
-
   def operator(self, target: str, t: str, spec: str, seed: int | None = None,
                route: str | None = None):
+    """The Operator of source spec ``spec`` for ``target`` on ``t`` (``operators``)."""
     return operators_lib.operators(self, target, t, [spec], seed, route)[spec]
 
-  def solve_cost(self, target: str, t: str, n_specs: int) -> float:
-    return operators_lib.solve_cost(self, target, t, n_specs)
-
-  def solve_at(self, target: str, t: str, spec: str, rank: int, ridge: float,
-               seed: int | None = None, route: str | None = None):
-    return operators_lib.solve_at(self, target, t, spec, rank, ridge, seed, route)
-
-  def closed_form_accuracy(self, target: str, tasks: Sequence[str], terms,
-                           route: str | None = None) -> dict[str, float]:
-    """{task: accuracy} of the target edited by ``terms`` (``engine.cells``)."""
-    return cells_lib.closed_form_accuracy(self, target, tasks, terms, route)
-
-  def edited_embeddings(self, target: str, t: str, terms, route: str | None = None):
-    return cells_lib.edited_embeddings(self, target, t, terms, route)
-
-  def model_accuracy(self, model, target: str, tasks: Sequence[str]) -> dict[str, float]:
-    return cells_lib.model_accuracy(self, model, target, tasks)
-
-  def adapter_inputs(self, target: str, tasks: Sequence[str]):
-    return cells_lib.adapter_inputs(self, target, tasks)
+  sources = sources_lib.sources
+  param_count = sources_lib.param_count
+  finetune_cost = sources_lib.finetune_cost
+  bank = property(operators_lib.bank)
+  descriptor = operators_lib.descriptor
+  edit_descriptor = operators_lib.edit_descriptor
+  operators = operators_lib.operators
+  operators_many = operators_lib.operators_many
+  solve_cost = operators_lib.solve_cost
+  solve_at = operators_lib.solve_at
+  closed_form_accuracy = cells_lib.closed_form_accuracy
+  edited_embeddings = cells_lib.edited_embeddings
+  model_accuracy = cells_lib.model_accuracy
+  adapter_inputs = cells_lib.adapter_inputs

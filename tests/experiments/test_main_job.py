@@ -911,3 +911,52 @@ def test_a_log_file_of_the_micro_main_job_is_small_and_has_no_carriage_returns(r
     stderr = f.read()
   assert "\r" not in stdout + stderr
   assert len((stdout + stderr).encode()) < 12 * 1024, len((stdout + stderr).encode())
+
+
+@pytest.mark.slow  # one fine-tune, one embedding run and one solve again: about a minute
+def test_corrupt_cache_entries_are_named_moved_aside_and_recomputed(run, cache, tmp_path):
+  """One entry of each kind that ``run`` wrote, damaged (an embedding overwritten with 256
+  bytes of garbage, a source's descriptor and a bank operator's meta.json truncated, and a
+  truncated product left beside that source, as a killed multi-process run would leave one):
+  the rerun logs one line per entry naming it, moves each aside, recomputes it, and writes the
+  clean run's results byte for byte (the summary too, but for its runtime and provenance)."""
+  from platonic_jax.engine.caches import product_path
+  from platonic_jax.parallel import distributed
+  work, _ = run
+  engine = os.path.join(cache, "experiments")
+  made = os.path.getmtime(os.path.join(work, "results.jsonl"))
+
+  def entries(kind):  # written by ``run`` (later runs of this module add others)
+    d = os.path.join(engine, kind)
+    return sorted(p for p in (os.path.join(d, n) for n in os.listdir(d) if n[0] != ".")
+                  if "corrupt" not in p and os.path.getmtime(p) <= made)
+  emb = max(entries("embeddings"), key=os.path.getsize)
+  with open(emb, "wb") as f:
+    f.write(os.urandom(256))
+  src = entries("sources")[0]
+  desc = os.path.join(src, "descriptor.safetensors")
+  blob = open(desc, "rb").read()
+  with open(desc, "wb") as f:
+    f.write(blob[:len(blob) // 2])
+  product = distributed.pack({"a/0": np.zeros((4, 2), np.float32)}, {"note": "made up"})
+  with open(product_path(src), "wb") as f:
+    f.write(product[:len(product) // 2])
+  op = [p for p in entries("bank") if "__consensus" not in p and "__random" not in p][0]
+  meta = os.path.join(op, "meta.json")
+  blob = open(meta, "rb").read()
+  with open(meta, "wb") as f:
+    f.write(blob[:30])
+  stdout = _main_job(cache, tmp_path)
+  lines = [l.split("] ", 1)[1] for l in stdout.splitlines() if "] cache: corrupt" in l]
+  assert len(lines) == 4, lines
+  for path in (emb, src, product_path(src), op):
+    (line,) = [l for l in lines if l.startswith(f"cache: corrupt entry {path} (")]
+    assert re.search(rf" moved to {re.escape(path)}\.corrupt-\S+; recomputing$", line), line
+    assert os.path.exists(line.split(" moved to ")[1].split(";")[0])  # kept, not deleted
+  assert not os.path.exists(product_path(src))
+  want = open(os.path.join(work, "results.jsonl"), "rb").read()
+  assert open(tmp_path / "results.jsonl", "rb").read() == want
+  a, b = (json.load(open(os.path.join(w, "summary.json"))) for w in (work, tmp_path))
+  for s in (a, b):
+    s.pop("runtime_s"), s.pop("provenance")
+  assert a == b

@@ -232,12 +232,12 @@ class BatchedRun:
 
   def job_arrays(self, j: int, meta: dict) -> tuple[dict[str, list[np.ndarray]], dict]:
     """``(arrays, meta)`` of job ``j``'s adapter as ``train.adapter_arrays`` gives them (``meta``:
-    the record of any job's adapter; the jobs share layers, ranks and scales). Loads job ``j``'s
-    adapter into ``model``."""
-    nnx.update(self.model.module, self.states[j])
-    ads = lora.adapters(self.model.module)
-    return ({"a": [np.asarray(ad.a) for ad in ads.values()],
-             "b": [np.asarray(ad.b) for ad in ads.values()]}, dict(meta))
+    that record of any job's adapter, whose ``paths`` order the layers; the jobs share layers,
+    ranks and scales): ``{"a": [(in, r)], "b": [(r, out)]}`` host arrays."""
+    flat = {(".".join(str(k) for k in path[:-1]), str(path[-1])): var
+            for path, var in nnx.to_flat_state(self.states[j])}
+    return ({key: [np.asarray(flat[(p, f"lora_{key}")][...]) for p in meta["paths"]]
+             for key in ("a", "b")}, dict(meta))
 
 
 def _stage(items, plans, steps, t0: int, k: int):

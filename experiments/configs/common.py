@@ -11,12 +11,12 @@ builds on ``schema`` with its own world variants and adds the fields only it rea
   "audio": the paper's audio-text setting (Tables 4, 26, 27): unfused CLAP checkpoints
     (``AUDIO_MODELS``), ESC-50 and GTZAN composed or negated, UrbanSound8K the control, read
     from ``--config.data.root`` (wav folders or the hub's parquet layout; each clip resampled and
-    extracted by the model's own feature extractor, ``platonic_jax.study.loader_inputs``); a
+    extracted by the model's own feature extractor, ``platonic_jax.engine.loader_inputs``); a
     cross-model addition composes two distinct sources onto a third.
 
 Fields:
   experiment: which ``experiments.tables`` module runs (the launcher dispatches on it; "main":
-    the main job, ``experiments/tables/main_job.py`` on ``platonic_jax.pipeline``).
+    the main job, ``experiments/tables/main_job.py``).
   variant, seed: the arg above; the seed of selection folds, random-UTD draws, adapter cells.
   data.source: "real" or "toy". data.world: the toy world config. data.families: toy families
     used (empty: all). data.models: {name: Hugging Face id or local dir} (real). data.tasks:
@@ -40,13 +40,13 @@ Fields:
     "embedding_operator" (the reference, ``W`` applied outside the model). Affine families fold
     the operator into their last projection either way (``platonic_jax.core.routes``).
   random_draws: how random-UTD controls are seeded ("cell": by (target, task, source); "run":
-    the main job's key chain, ``platonic_jax.study.Study``). workers: source fine-tunes at once.
+    the main job's key chain, ``platonic_jax.engine.Study``). workers: source fine-tunes at once.
   cache_dir: embeddings, sources and the operator bank ("" -> $PLATONIC_JAX_CACHE/experiments
     or ~/.cache/platonic_jax/experiments); shared by all experiments, content-keyed.
   compilation_cache: keep compiled XLA programs in the cache directory.
 
 ``cache_dir``, ``compilation_cache``, ``data.root`` and ``data.skip_corrupt`` do not enter the
-config hash that results are recorded under (see ``platonic_jax.sweep.NON_SEMANTIC``).
+config hash that results are recorded under (see ``platonic_jax.engine.sweep.NON_SEMANTIC``).
 
 On the command line every list field (``data.tasks``, ``data.controls``, ``data.families``,
 ``data.extra_tasks``, ``targets``, ``sources``, ``settings`` and each table's own, such as
@@ -141,7 +141,7 @@ def check_name_lists(c: ml_collections.ConfigDict) -> None:
 
 
 def method_options(c: ml_collections.ConfigDict, **values) -> ml_collections.ConfigDict:
-  """Sets the engine's options on ``c`` (``platonic_jax.study.method_options`` reads them; the
+  """Sets the engine's options on ``c`` (``platonic_jax.engine.method_options`` reads them; the
   main job's config sets them too): METHOD's values unless ``values`` says otherwise."""
   c.calibrate = values.pop("calibrate", False)
   c.include_ceiling = values.pop("include_ceiling", False)

@@ -106,7 +106,9 @@ class Experiment:
                 json.dumps(skipped, indent=1, sort_keys=True).encode())
     write_bytes(os.path.join(workdir, "config.json"),
                 json.dumps({"config_hash": config_hash(config), "config": plain(config),
-                            "method": method}, indent=1, sort_keys=True).encode())
+                            "method": method,
+                            "provenance": provenance(getattr(study, "clock", None))},
+                           indent=1, sort_keys=True).encode())
     write_bytes(os.path.join(workdir, "tables.md"),
                 (self.render(records) + skipped_note(skipped) + method_note(method))
                 .encode())
@@ -175,6 +177,8 @@ def run(exp: Experiment, config, workdir: str, *, log: Callable[[str], None] = p
   from platonic_jax.engine.sweep import (cell_key, check_results, check_writable_dir,
                                          config_hash, divided_sweep, share_line)
   from platonic_jax.parallel import distributed
+  from platonic_jax.provenance import Stopwatch
+  clock = Stopwatch()
   exp.check(config)
   check_writable_dir(workdir, "workdir")
   lock.hold(workdir)  # one run per workdir: a second is refused, naming the holder (engine.lock)
@@ -183,7 +187,8 @@ def run(exp: Experiment, config, workdir: str, *, log: Callable[[str], None] = p
   path = os.path.join(workdir, exp.SWEEP)
   done = check_results(path, chash, config.experiment)  # another config's: refused now
   if study is None:
-    study = exp.make_study(config, log=log, world=world)
+    with clock.stage("study"):
+      study = exp.make_study(config, log=log, world=world)
   skipped = dict(getattr(study, "skipped", {}))
   for split, where in skipped.items():
     log(f"skipped {len(where)} corrupt example(s) of {split} (data.skip_corrupt): "
@@ -193,11 +198,13 @@ def run(exp: Experiment, config, workdir: str, *, log: Callable[[str], None] = p
   cells = exp.cells(study, config)
   made = None
   if exp.PREPARE_ALWAYS or any(distributed.agree([cell_key(c) not in done for c in cells])):
-    made = exp.prepare(study, config, cells)  # (a finished sweep's rerun loads nothing)
+    with clock.stage("prepare"):
+      made = exp.prepare(study, config, cells)  # (a finished sweep's rerun loads nothing)
   before = {k: study.counts[k] for k in ("finetune", "solve")}
-  records, computed = divided_sweep(path, chash, config.experiment, cells,
-                                    lambda cell: exp.compute(study, config, cell),
-                                    lambda cell: float(exp.cost(config, cell)), log)
+  with clock.stage("cells"):
+    records, computed = divided_sweep(path, chash, config.experiment, cells,
+                                      lambda cell: exp.compute(study, config, cell),
+                                      lambda cell: float(exp.cost(config, cell)), log)
   unplanned = {k: study.counts[k] - v for k, v in before.items()}
   if any(unplanned.values()):
     log(f"note: the cells did {unplanned['finetune']} fine-tunes and {unplanned['solve']} "
@@ -206,7 +213,12 @@ def run(exp: Experiment, config, workdir: str, *, log: Callable[[str], None] = p
   share = share_line(study.counts, computed, cells)
   summary = None
   if records is not None:
-    summary = exp.outputs(study, config, workdir, records, made)
+    try:
+      study.clock = clock  # what ``outputs`` records of the run's stages (``provenance``)
+    except AttributeError:
+      pass
+    with clock.stage("outputs"):
+      summary = exp.outputs(study, config, workdir, records, made)
   distributed.barrier("suite:outputs")
   return Outcome(records=records, computed=list(computed), study=study, share=share,
                  unplanned=unplanned, summary=summary)
@@ -251,6 +263,17 @@ def prepare(study, needs) -> None:
       study.head_features(tg, u)
   for (seed, route), group in requests.items():
     study.operators_many([(tg, t, specs) for (tg, t, _), specs in group.items()], seed, route)
+
+
+def provenance(clock=None) -> dict:
+  """What produced a run (``platonic_jax.provenance.collect``: commit and whether the tree was
+  dirty, CPU model and cores, backend and devices, library versions) and, from ``clock`` (the
+  run's ``Stopwatch``, ``run`` sets it as ``study.clock``), the wall seconds of each stage so
+  far."""
+  from platonic_jax import provenance as prov
+  out = prov.collect()
+  out["timings"] = clock.to_json() if clock is not None else None
+  return out
 
 
 def cell_cost(config, cell: dict) -> float:

@@ -43,7 +43,7 @@ import os
 import sys
 
 from absl import app, flags
-from experiments import malloc_env
+from experiments import launch, malloc_env
 from experiments.bench import common
 
 FLAGS = flags.FLAGS
@@ -189,12 +189,16 @@ def torch_side(cfg, threads: int):
   return finetune
 
 
+launch.define_distributed_flags()
+
+
 def main(argv):
   del argv
   # As experiments.main's warm runs and experiments.bench.lora: freed memory stays mapped, so
   # a step's (or a staged block's) fresh buffers do not page-fault again each time.
   malloc_env.reexec_with_tunables("experiments.bench.finetunes", sys.argv[1:],
                                   hugepages=FLAGS.hugepages, keep_memory=FLAGS.keep_memory)
+  launch.start_distributed()  # after the re-exec, before anything touches a JAX device
   from platonic_jax import progress
   from platonic_jax.core import train, train_batched
   progress.set_progress(False)

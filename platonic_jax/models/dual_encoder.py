@@ -29,7 +29,8 @@ def tokenizer_digest(tokenizer) -> str:
   serialised pipeline (its ``tokenizer.json``: vocabulary, merges, normalizer, pre-tokenizer,
   post-processor, added tokens), else its vocabulary (and a sentencepiece model's bytes), plus
   its special tokens and the settings in ``_TOKENIZER_SETTINGS`` (``tokenizer_config.json``).
-  A tokenizer saved with ``save_pretrained`` and loaded back gets the same digest."""
+  A tokenizer saved with ``save_pretrained`` and loaded back gets the same digest, and so does
+  one that has padded or truncated a call since (the backend keeps those per-call settings)."""
   key = len(tokenizer)
   try:
     cached = _TOKENIZER_DIGESTS.get(tokenizer)
@@ -41,7 +42,11 @@ def tokenizer_digest(tokenizer) -> str:
     h = hashlib.sha256()
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
-      h.update(backend.to_str().encode())
+      # the pipeline less its truncation and padding, which each call that pads or truncates
+      # sets on the backend (a tokenizer's history, not what it does)
+      pipeline = {k: v for k, v in json.loads(backend.to_str()).items()
+                  if k not in ("truncation", "padding")}
+      h.update(json.dumps(pipeline, sort_keys=True).encode())
     else:
       h.update(json.dumps(sorted(tokenizer.get_vocab().items())).encode())
       sp = getattr(tokenizer, "sp_model", None)

@@ -71,3 +71,20 @@ def test_tokenizer_digest_survives_save_and_load(tmp_path):
   assert tokenizer_digest(AutoTokenizer.from_pretrained(str(tmp_path))) == tokenizer_digest(tok)
   tok.add_tokens(["violet"])  # a mutated tokenizer is not served a stale digest
   assert tokenizer_digest(tok) != tokenizer_digest(AutoTokenizer.from_pretrained(str(tmp_path)))
+
+
+def test_a_call_that_pads_and_truncates_leaves_the_tokenizer_digest():
+  """Padding or truncating a call sets the fast tokenizer's backend state; what the tokenizer
+  does (and so its digest) is the same before and after."""
+  from tokenizers import Tokenizer, models, pre_tokenizers
+  from transformers import PreTrainedTokenizerFast
+
+  from platonic_jax.models.dual_encoder import tokenizer_digest
+  t = Tokenizer(models.WordLevel({"[UNK]": 0, "[PAD]": 1, "a": 2, "b": 3}, unk_token="[UNK]"))
+  t.pre_tokenizer = pre_tokenizers.Whitespace()
+  tok = PreTrainedTokenizerFast(tokenizer_object=t, unk_token="[UNK]", pad_token="[PAD]")
+  before = tokenizer_digest(tok)
+  tok(["a b a b a"], padding="max_length", truncation=True, max_length=3)
+  fresh = type(tok)(tokenizer_object=tok.backend_tokenizer, **{
+      k: getattr(tok, k) for k in ("unk_token", "pad_token") if getattr(tok, k, None)})
+  assert tokenizer_digest(fresh) == before

@@ -68,11 +68,8 @@ SLOW = SLOW_FIRST + (
     "tests/core/test_train_batched.py", "tests/models/test_siglip2_parity.py",
     "tests/models/test_siglip_parity.py", "tests/data/test_audioworld.py",
     "tests/experiments/test_real_path.py", "tests/experiments/test_suite_engine.py",
-    "tests/experiments/test_launch.py", "tests/experiments/test_cli.py",
-    "tests/experiments/test_configs.py", "tests/parallel/test_suite_partition.py",
-    "tests/parallel/test_distributed.py", "tests/test_docs.py", "tests/test_api.py",
-    "tests/engine/test_study.py", "tests/eval/test_layout.py",
-    "tests/experiments/test_main_job_cells.py")
+    "tests/experiments/test_cli.py", "tests/parallel/test_suite_partition.py",
+    "tests/test_api.py", "tests/experiments/test_main_job_cells.py")
 
 
 def pytest_configure(config):

@@ -140,6 +140,20 @@ def product_path(entry: str) -> str:
   return os.path.join(head, f".{name}.product")
 
 
+def read_product(path: str, unpack: Callable[[bytes, str], Any],
+                 log: Callable[[str], None]) -> Any | None:
+  """``unpack(bytes, path)`` of the product file ``path``, or None when there is none or it
+  fails its check (``integrity.CorruptEntryError``: then it is moved aside and logged)."""
+  try:
+    with open(path, "rb") as f:
+      return unpack(f.read(), path)
+  except FileNotFoundError:
+    return None
+  except integrity.CorruptEntryError as e:
+    integrity.move_aside(e.path, e.reason, log)
+    return None
+
+
 def compilation_cache_dir(cache_dir: str = "") -> str:
   """Where every experiment keeps compiled XLA programs: ``<cache_dir>/xla`` (default
   ``default_cache_dir()``)."""

@@ -18,7 +18,7 @@ import numpy as np
 from platonic_jax import atomic, integrity
 from platonic_jax.core import routes
 from platonic_jax.core.analysis import CONSENSUS
-from platonic_jax.engine.caches import content_hash, product_path
+from platonic_jax.engine.caches import content_hash, product_path, read_product
 from platonic_jax.parallel import distributed
 
 # operator/3: solve.DEFAULT_METHOD's factorisation in float64 (a cached operator/2 solve differs
@@ -215,16 +215,8 @@ def _bank_names(study) -> list[str]:
 
 
 def _read_product(study, path: str) -> dict[str, Any] | None:
-  """The operators a process left in the product file ``path``, or None when there is none or
-  it fails its check (then it is moved aside and logged)."""
-  try:
-    with open(path, "rb") as f:
-      return _unpack_operators(f.read(), path)
-  except FileNotFoundError:
-    return None
-  except integrity.CorruptEntryError as e:
-    integrity.move_aside(e.path, e.reason, study.log)
-    return None
+  """The operators a process left in the product file ``path`` (``caches.read_product``)."""
+  return read_product(path, _unpack_operators, study.log)
 
 
 def _put(study, request, ops: Mapping[str, Any], fs: int, route: str | None) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from platonic_jax import atomic, integrity
-from platonic_jax.engine.caches import content_hash, product_path
+from platonic_jax.engine.caches import content_hash, product_path, read_product
 from platonic_jax.parallel import distributed
 
 SOURCE_VERSION = "source/2"
@@ -69,15 +69,7 @@ def _unpack_source(blob: bytes, where: str) -> dict:
 def _read_product(study, path: str) -> dict | None:
   """The fine-tune a process left as the product of entry ``path`` (``_pack_source``), or None
   when there is none or it fails its check (then it is moved aside and logged)."""
-  product = product_path(path)
-  try:
-    with open(product, "rb") as f:
-      return _unpack_source(f.read(), product)
-  except FileNotFoundError:
-    return None
-  except integrity.CorruptEntryError as e:
-    integrity.move_aside(e.path, e.reason, study.log)
-    return None
+  return read_product(product_path(path), _unpack_source, study.log)
 
 
 def _remove_product(path: str) -> None:

@@ -73,5 +73,4 @@ def cell_cost(module, config, cell: dict) -> float:
 
 
 Outcome = runner.Outcome
-method_note = runner.method_note
 skipped_note = runner.skipped_note

@@ -66,10 +66,10 @@ ROLE = {"addition": "composed", "negation": "removed"}
 
 
 def setting_of(target: str, sources: Sequence[str]) -> str:
-  """"same_model", "cross_model" (every term from one other family) or ``TWO_SOURCES``."""
-  if all(s == target for s in sources):
-    return "same_model"
-  return "cross_model" if len(set(sources)) == 1 else TWO_SOURCES
+  """The tables' ``common.setting_of`` (same model, cross model; this grid has no mixed cell),
+  with a cross-model cell whose terms come from distinct families named ``TWO_SOURCES``."""
+  setting = C.setting_of(target, sources)
+  return TWO_SOURCES if setting == C.CROSS and len(set(sources)) > 1 else setting
 
 
 def main_cells(models: Sequence[str], names: Sequence[str], chosen: dict) -> list[dict]:
@@ -370,13 +370,13 @@ def _named(chosen: dict) -> str:
           + " | " + "; ".join(f"{tg}<-{srcs(c)}:-{c[0][0]}" for tg, c in chosen["negation"]))
 
 
-def compute(study, config, cell: dict, log: Callable[[str], None] | None = None) -> dict:
+def compute(study, config, cell: dict) -> dict:
   """A cell's metrics in the tables' record schema: ``{"accuracy": {method: {task: percent}},
   "zero_shot": {task: percent}, "controls": [...], "route": how a closed-form edit reached the
   target}`` for every method of the cell (``engine.cell_accuracies``; a same-architecture
   cell: ``same_architecture_accuracies``; the consensus cell: its operators through the closed
   form); a negation cell with ``retained`` tasks (the audio job's) scores those too."""
-  log = study.log if log is None else log
+  log = study.log
   kind, tg, ts = cell["kind"], cell["target"], tuple(cell["tasks"])
   srcs = tuple(cell["sources"])
   retained = tuple(cell.get("retained", ()))

@@ -83,9 +83,23 @@ def seal(directory: str) -> dict[str, str]:
   return sums
 
 
-# Entries verified by this process: path -> (inode, mtime_ns) of its checksums.json, so an
-# entry read twice (listed, then loaded) is hashed once.
-_VERIFIED: dict[str, tuple[int, int]] = {}
+# Entries verified by this process: path -> the stat stamps (inode, size, mtime, ctime) of its
+# checksums.json and of every file it lists, so an entry read twice (listed, then loaded) is
+# hashed once, and one whose files changed since (any write moves a file's ctime) is hashed
+# again.
+_VERIFIED: dict[str, tuple] = {}
+
+
+def _stamp(path: str) -> tuple[int, int, int, int] | None:
+  try:
+    st = os.stat(path)
+  except FileNotFoundError:
+    return None
+  return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _stamps(directory: str, rels) -> tuple:
+  return tuple((rel, _stamp(os.path.join(directory, rel))) for rel in rels)
 
 
 def verify_dir(directory: str) -> None:
@@ -96,11 +110,11 @@ def verify_dir(directory: str) -> None:
   if not os.path.isdir(directory):
     raise FileNotFoundError(f"no cache entry at {directory}")
   path = os.path.join(directory, CHECKSUMS)
-  try:
-    st = os.stat(path)
-  except FileNotFoundError:
-    raise CorruptEntryError(directory, f"no {CHECKSUMS}") from None
-  if _VERIFIED.get(directory) == (st.st_ino, st.st_mtime_ns):
+  own = _stamp(path)
+  if own is None:
+    raise CorruptEntryError(directory, f"no {CHECKSUMS}")
+  seen = _VERIFIED.get(directory)
+  if seen is not None and seen[0] == own and _stamps(directory, (r for r, _ in seen[1])) == seen[1]:
     return
   try:
     with open(path, encoding="utf-8") as f:
@@ -117,7 +131,7 @@ def verify_dir(directory: str) -> None:
       raise CorruptEntryError(directory, f"{rel} is missing") from None
     if got != want:
       raise CorruptEntryError(directory, f"{rel} does not match its checksum")
-  _VERIFIED[directory] = (st.st_ino, st.st_mtime_ns)
+  _VERIFIED[directory] = (own, _stamps(directory, sorted(sums)))
 
 
 def check_dir(directory: str, logger: Callable[[str], None] | None = None) -> bool:

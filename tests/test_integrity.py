@@ -88,3 +88,17 @@ def test_a_product_names_its_file_when_truncated(tmp_path):
   path = str(tmp_path / ".entry.product")
   with pytest.raises(CorruptEntryError, match=re.escape(path)):
     distributed.unpack(blob[:len(blob) // 2], path)
+
+
+def test_an_entry_verified_once_is_checked_again_when_a_file_it_lists_changes(tmp_path):
+  """The process remembers what it verified, but only while the entry's files are the ones it
+  hashed: a file altered in place (same size) after a first verification fails the next one."""
+  d = _entry(tmp_path)
+  integrity.verify_dir(str(d))
+  integrity.verify_dir(str(d))  # remembered: not hashed again
+  chunk = d / "arrays" / "d" / "chunk"
+  blob = bytearray(chunk.read_bytes())
+  blob[0] ^= 0xFF
+  chunk.write_bytes(bytes(blob))
+  with pytest.raises(CorruptEntryError, match="arrays/d/chunk does not match"):
+    integrity.verify_dir(str(d))

@@ -488,7 +488,7 @@ class AdapterJob:
 def fit_adapters_batched(target: DualEncoder, jobs: Sequence[AdapterJob],
                          probes: Any = None, G: Any = None, *, rank: int = 16,
                          alpha: float | None = None, targets: Sequence[str] | None = None,
-                         batch: int = 64, merge: bool = True, output: str = "model",
+                         batch: int = 64, merge: bool | None = None, output: str = "model",
                          block: int | None = None) -> list:
   """``adapter.fit_adapter`` for several edits of one target, fitted together (module
   docstring); ``target`` is not changed.
@@ -502,8 +502,8 @@ def fit_adapters_batched(target: DualEncoder, jobs: Sequence[AdapterJob],
   ``fit_adapter``'s). Shared: rank, alpha, targets, batch. block: steps per dispatch (None:
   ``choose_block``). Returns per job in order what ``fit_adapter`` returns with the same
   arguments (up to fp32 rounding): output "model", the fitted target (adapter merged unless
-  not ``merge``); output "arrays", its unmerged adapter ``(arrays, meta)`` as
-  ``train.adapter_arrays`` gives it (then ``merge=False``). Raises ValueError for no jobs, a
+  ``merge=False``; None: merged, as ``fit_adapter``); output "arrays", its unmerged adapter
+  ``(arrays, meta)`` as ``train.adapter_arrays`` gives it (``merge`` None or False). Raises ValueError for no jobs, a
   target with an adapter, or a job that cannot share the others' program (naming the job).
 
   Example::
@@ -516,6 +516,8 @@ def fit_adapters_batched(target: DualEncoder, jobs: Sequence[AdapterJob],
   jobs = list(jobs)
   if not jobs:
     raise ValueError("no adapter jobs given")
+  if merge is None:  # fit_adapter merges; the arrays are the unmerged adapter
+    merge = output == "model"
   _check_output(output, merge)
   train.check_no_adapter(target, "fit_adapters_batched")
   consts, items = [], []

@@ -206,6 +206,23 @@ def test_batched_adapter_fit_of_a_descriptor_merges_by_default():
   assert embedding_diff(got[0], got[1], t["probes"]) > 1e-2  # seeds differ
 
 
+def test_adapter_fits_give_their_arrays_without_naming_merge():
+  """output="arrays" with the default merge gives each fit's unmerged adapter (it was refused
+  unless merge=False was also passed); merge=True with arrays is still refused."""
+  pre = dual(0)
+  jobs = [tb.AdapterJob([descriptor_term(48, 1)], steps=5, lr=1e-2, seed=s) for s in (0, 1)]
+  arrays = tb.fit_adapters_batched(pre, jobs, batch=BATCH, rank=8, output="arrays")
+  models = tb.fit_adapters_batched(pre, jobs, batch=BATCH, rank=8, merge=False)
+  for (a, meta), m in zip(arrays, models):
+    want, want_meta = train.adapter_arrays(m)
+    assert meta == want_meta
+    for k in ("a", "b"):
+      for x, y in zip(a[k], want[k]):
+        np.testing.assert_array_equal(x, y)
+  with pytest.raises(ValueError, match="merge=True applies to output='model' only"):
+    tb.fit_adapters_batched(pre, jobs, batch=BATCH, rank=8, output="arrays", merge=True)
+
+
 def test_choose_block():
   assert tb.choose_block(800, 1 << 20) == 32           # MAX_BLOCK divides 800
   assert tb.choose_block(60, 1 << 20) == 30            # 2 blocks of 30, not 32 + 28 masked

@@ -45,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--devices_per_process", type=int, default=1,
                  help="CPU devices each process sees")
   p.add_argument("--port", type=int, default=0, help="coordinator port (0: a free one)")
+  p.add_argument("--verbose", action="store_true", help=cli.VERBOSE_HELP)
   return p
 
 

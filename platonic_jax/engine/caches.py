@@ -175,9 +175,10 @@ def use_compilation_cache(cache_dir: str = "") -> None:
 
 
 def default_cache_dir() -> str:
-  root = os.environ.get("PLATONIC_JAX_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                              "platonic_jax")
-  return os.path.join(root, "experiments")
+  """``experiments/`` under the cache root (``$PLATONIC_JAX_CACHE``, else
+  ``~/.cache/platonic_jax``; ``data.world_config.cache_root``, ``~`` expanded)."""
+  from platonic_jax.data.world_config import cache_root
+  return os.path.join(cache_root({}), "experiments")
 
 
 def experiment_cache_dir(config) -> str:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Callable, Sequence
 
 import numpy as np
@@ -95,15 +94,8 @@ def _real_data(config, task_names: Sequence[str], log) -> tuple[dict, dict]:
   models = {}
   for name, ident in data.models.items():
     log(f"  loading {name} from {ident}")
-    model = load_model(ident)
-    files = dict(model.files)
-    if is_audio_model(model):  # its feature extractor, found by name no longer once renamed
-      from platonic_jax.convert import checkpoint
-      from platonic_jax.models.audio_features import PREPROCESSOR_CONFIG
-      path = os.path.join(checkpoint.resolve(ident), PREPROCESSOR_CONFIG)
-      if os.path.isfile(path):
-        files.setdefault(PREPROCESSOR_CONFIG, path)
-    models[name] = dataclasses.replace(model, name=name, files=files)
+    model = load_model(ident)  # a CLAP model's feature-extractor file is in its ``files``
+    models[name] = dataclasses.replace(model, name=name)
   tasks = {}
   for t in dict.fromkeys(task_names):
     spec = registry.get_task(t)

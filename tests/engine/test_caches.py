@@ -287,3 +287,14 @@ def test_a_killed_runs_operator_product_is_stored_by_a_one_process_rerun(tmp_pat
   assert lines[0].startswith(f"cache: corrupt entry {path} (not a whole safetensors file")
   for s in ("a", "b"):
     np.testing.assert_array_equal(np.asarray(got[s].W), np.asarray(solved[s].W))
+
+
+def test_the_default_cache_root_expands_home_as_the_worlds_does(tmp_path, monkeypatch):
+  """``$PLATONIC_JAX_CACHE=~/x`` names one root for a real study's engine cache and a toy
+  world's (``data.world_config.cache_root``)."""
+  from platonic_jax.data.world_config import cache_root
+  from platonic_jax.engine.caches import default_cache_dir
+  monkeypatch.setenv("HOME", str(tmp_path))
+  monkeypatch.setenv("PLATONIC_JAX_CACHE", "~/x")
+  assert default_cache_dir() == os.path.join(str(tmp_path), "x", "experiments")
+  assert os.path.dirname(default_cache_dir()) == cache_root({})

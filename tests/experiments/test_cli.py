@@ -139,6 +139,14 @@ def test_launch_local_takes_a_module_in_three_forms(command):
                                                           "experiments.main"]
 
 
+def test_launch_local_takes_verbose_before_the_command():
+  """``--verbose`` (the traceback instead of a one-line refusal, ``cli``) is one of its own
+  options, not refused as unknown."""
+  opts, cmd = launch_local.parse(["--processes=2", "--verbose", "--", "experiments.main"])
+  assert opts.verbose and cmd == ["experiments.main"]
+  assert not launch_local.parse(["--processes=2", "--", "experiments.main"])[0].verbose
+
+
 @pytest.mark.parametrize("argv,match", [
     (["--processes=2"], "error: missing '--' before the command"),
     (["--processes=2", "--", "python", "experiments/main.py"],

@@ -50,7 +50,8 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 # world's programs while the other worker runs files that do not use the micro world (no wait
 # for its pretraining), so the partition's one-process run, started after them, loads them.
 SLOW_FIRST = ("tests/experiments/test_main_job.py",
-              "tests/experiments/test_audio_main_job.py", "tests/parallel/test_multiprocess.py",
+              "tests/experiments/test_audio_main_job.py", "tests/core/test_train_batched.py",
+              "tests/parallel/test_multiprocess.py",
               "tests/models/test_clip_parity.py", "tests/parallel/test_partition.py",
               "tests/experiments/test_suite.py", "tests/experiments/test_edit_routes.py",
               "tests/experiments/test_quickstart_notebook.py",

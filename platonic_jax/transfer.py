@@ -41,6 +41,7 @@ from platonic_jax.core.analysis import calibration_factor
 from platonic_jax.core.descriptor import Descriptor, Provenance
 from platonic_jax.core.grid import Grid, make_grid
 from platonic_jax.core.operator import Operator
+from platonic_jax.engine.inputs import is_split, model_inputs
 from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.models.preprocess import NaflexInputs
 from platonic_jax.validate import check_int, check_labels
@@ -91,34 +92,16 @@ def pixels(model: DualEncoder, images):
   """
   _check_model(model, "model")
   want = model.image_shape
-  if hasattr(images, "rows") and hasattr(images, "labels") and hasattr(images, "describe"):
-    from platonic_jax.data import loaders
-    where = f"{images.task.name}/{images.split} ({images.root})"
-    if model.preprocessor is None:
-      raise ValueError(f"model {model.name!r} has no image preprocessor to read {where} with")
-    arrays = loaders.load_arrays(images, model.preprocessor)
-    if len(arrays.labels) != len(images):
-      raise ValueError(f"{where}: {len(images) - len(arrays.labels)} examples could not be "
-                       "decoded")
-    return _inputs(arrays.inputs)
-  if isinstance(images, (list, tuple)):
-    if not images:
-      raise ValueError("images is empty")
-    if model.preprocessor is None:
-      raise ValueError(f"model {model.name!r} has no image preprocessor; pass preprocessed "
-                       f"images (n, {want[0]}, {want[1]}, {want[2]})")
-    return _inputs(model.preprocessor(list(images)))
+  if isinstance(images, (list, tuple)) and not images:
+    raise ValueError("images is empty")
+  if is_split(images) or isinstance(images, (list, tuple)):
+    return model_inputs(model, model.name, images)  # the engine's reading of raw images
   if isinstance(images, NaflexInputs):
     return train.check_images(model, images)
   if not isinstance(images, np.ndarray) and not hasattr(images, "__array__"):
     raise TypeError(f"images must be an array (n, {want[0]}, {want[1]}, {want[2]}), a list of "
                     f"PIL images or a loader Split, got {type(images).__name__}")
   return train.check_images(model, images)
-
-
-def _inputs(x):
-  """A preprocessor's output as model inputs: NaflexInputs as they are, arrays as float32."""
-  return x if isinstance(x, NaflexInputs) else np.asarray(x, np.float32)
 
 
 def task_grid(task) -> Grid:

@@ -134,6 +134,28 @@ def loader_inputs(model, name: str) -> dict:
   return {"preprocess": features, "sampling_rate": int(extractor.sampling_rate)}
 
 
+def model_inputs(model, name: str, images, batch_size: int = BATCH):
+  """Raw images as model ``name``'s inputs: a loader ``Split`` read and preprocessed
+  (``loader_inputs``: an image preprocessor, or a CLAP model's feature extractor; every example
+  must decode), a list of PIL images through the model's image preprocessor. Returns
+  ``(n, 3, H, W)`` float32 (or audio features), or ``NaflexInputs`` as the preprocessor gives
+  them. ValueError naming the split or the model when it cannot."""
+  if is_split(images):
+    from platonic_jax.data import loaders
+    arrays = loaders.load_arrays(images, batch_size=batch_size, **loader_inputs(model, name))
+    if len(arrays.labels) != len(images):
+      raise ValueError(f"{images.task.name}/{images.split} ({images.root}): "
+                       f"{len(images) - len(arrays.labels)} examples could not be decoded; "
+                       "every example must")
+    x = arrays.inputs
+  else:
+    if model.preprocessor is None:
+      raise ValueError(f"model {name!r} has no image preprocessor (preprocessor_config.json); "
+                       "pass preprocessed images")
+    x = model.preprocessor(list(images))
+  return x if isinstance(x, NaflexInputs) else np.asarray(x, np.float32)
+
+
 def embed_unique(model, arrays: Sequence[Any]) -> list[np.ndarray]:
   """Normalised embeddings of each image array (n_i, 3, H, W) (or ``NaflexInputs`` of n_i
   images, for a SigLIP2 NaFlex model; audio features (n_i, 1, T, F) for a CLAP model,

@@ -32,7 +32,8 @@ from platonic_jax.engine import sources as sources_lib
 from platonic_jax.engine.caches import EmbeddingCache, content_hash
 from platonic_jax.engine.filehash import FileHashes
 from platonic_jax.engine.inputs import (HeadFeatures, TaskEmbeddings, embed_inputs, embed_unique,
-                                        is_pixels, is_split, loader_inputs, split_content)
+                                        is_pixels, is_split, loader_inputs, model_inputs,
+                                        split_content)
 from platonic_jax.models.preprocess import NaflexInputs
 
 # How random-UTD controls are seeded (``Study(random_draws=...)``).
@@ -203,21 +204,7 @@ class Study:
     key = (m, id(images))
     hit = self._pixels.get(key)
     if hit is None or hit[0] is not images:
-      if is_split(images):
-        from platonic_jax.data import loaders
-        arrays = loaders.load_arrays(images, batch_size=self.embed_batch,
-                                     **loader_inputs(model, m))
-        if len(arrays.labels) != len(images):
-          raise ValueError(f"{images.task.name}/{images.split}: {len(images) - len(arrays.labels)}"
-                           " examples could not be decoded; a study needs every example")
-        x = arrays.inputs
-      else:
-        if model.preprocessor is None:
-          raise ValueError(f"model {m!r} has no image preprocessor (preprocessor_config.json)")
-        x = model.preprocessor(list(images))
-      if not isinstance(x, NaflexInputs):
-        x = np.asarray(x, np.float32)
-      hit = (images, x)
+      hit = (images, model_inputs(model, m, images, self.embed_batch))
       self._pixels[key] = hit
     return hit[1]
 

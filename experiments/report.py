@@ -4,6 +4,8 @@
     python -m experiments.report workdir/t1/results.jsonl workdir/t12 --out=report/
     python -m experiments.report RESULTS --config_hash=3f2a...            # pick one config
     python -m experiments.report workdir/main                             # the main job's
+    python -m experiments.report workdir/main --compare=main_seed0_amd_epyc  # beside a reported run
+    python -m experiments.report --readme        # README.md's results block from the reported runs
 
 Each RESULTS (a workdir or its results file) is read through its sweep file with one reader
 (``sweep.read_records``: a table's results.jsonl, a main job's cells.jsonl), its torn last line
@@ -17,6 +19,14 @@ directory. A file mixing records of several config hashes is an error unless
 renders as its Table 1 and Table 2 layouts (the audio world's: its Tables 4, 26 and 27) with
 the retention ratios and the method options it departed on (its ``summary.json``). Rendering
 reads only the records: no model, dataset or accelerator is needed.
+
+``--compare=RUN`` reads a main job's workdir (its ``summary.json``) beside RUN, a committed run
+of ``docs/results/runs/runs.json`` (its name or directory), entry by entry against the spread of
+each entry across every committed run of RUN's config, with a verdict per entry and overall and
+both runs' provenance (``experiments.readme_results.compare``; exit status 0 either way).
+``--readme`` rewrites README.md's results block (between ``<!-- results:begin -->`` and
+``<!-- results:end -->``) from the committed runs the registry shows there
+(``experiments.readme_results.render_block``).
 """
 
 from __future__ import annotations
@@ -174,13 +184,38 @@ def main(argv: Sequence[str] | None = None) -> int:
   from experiments import cli
   parser = cli.ArgumentParser(prog="python -m experiments.report", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("results", nargs="+", help="results.jsonl files or workdirs")
+  from experiments import readme_results
+  parser.add_argument("results", nargs="*", help="results.jsonl files or workdirs")
   parser.add_argument("--out", default=None, help="output directory (default: beside RESULTS)")
   parser.add_argument("--config_hash", default=None, help="render only this config hash (prefix)")
+  parser.add_argument("--compare", default=None, metavar="RUN",
+                      help="read the main job's WORKDIR beside RUN, a committed run's name or "
+                           "directory (the registry --runs), against the spread of its config")
+  parser.add_argument("--readme", nargs="?", const=readme_results.README, default=None,
+                      metavar="PATH", help="rewrite the results block of README.md (or PATH) "
+                                           "from the committed runs")
+  parser.add_argument("--runs", default=readme_results.RUNS,
+                      help="the registry of committed runs (default: %(default)s)")
   parser.add_argument("--verbose", action="store_true", help=cli.VERBOSE_HELP)
   args = parser.parse_args(argv)
+  if args.readme is not None and (args.results or args.compare):
+    parser.error("--readme takes no RESULTS and no --compare")
+  if args.readme is None and not args.results:
+    parser.error("the following arguments are required: results")
+  if args.compare is not None and len(args.results) != 1:
+    parser.error(f"--compare reads one WORKDIR, not {len(args.results)}")
   results, out = expand_paths(args.results, args.out)
   try:
+    if args.readme is not None:
+      readme = os.path.expanduser(args.readme)
+      changed = readme_results.write_readme(readme, os.path.expanduser(args.runs))
+      print(f"{'wrote' if changed else 'unchanged:'} the results block of {readme}")
+      return 0
+    if args.compare is not None:
+      text, _ = readme_results.compare_workdir(results[0], args.compare,
+                                               os.path.expanduser(args.runs))
+      print(text)
+      return 0
     md, pngs = write(results, out, args.config_hash)
   except (ValueError, OSError) as e:  # a refusal: one line, status 2
     if args.verbose or cli.verbose():

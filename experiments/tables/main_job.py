@@ -162,7 +162,9 @@ def choose_adapter_cells(models: Sequence[str], names: Sequence[str], n: int, se
   cells, target ``models[i % M]`` for cell ``i``, on a seeded task pair (a seeded task).
 
   layout "alternate" (the image main job): cell ``i`` is same-model when ``i % M + i // M`` is
-  even, else its one source a seeded other family: the setting alternates over the targets
+  even, else cross-model: an addition cell's two terms from a seeded ordered pair of two
+  distinct other families (Table 1's cells, ``TWO_SOURCES``; with two families, the other one
+  for both terms), a negation cell's term from the first of them: the setting alternates over the targets
   within a round and flips for each target from one round to the next, so every ``2M`` cells
   give each target one same-model and one cross-model cell (were it the parity of ``i`` alone,
   an even M would tie half the targets to each setting for good). The first ``M`` cells are the
@@ -186,8 +188,15 @@ def choose_adapter_cells(models: Sequence[str], names: Sequence[str], n: int, se
     else:
       others = [m for m in models if m != tg]
       same = (i % len(models) + i // len(models)) % 2 == 0
-      s = tg if same or not others else others[rng.integers(len(others))]
-      add_sources, neg_source = (s, s), s
+      if same or not others:
+        add_sources, neg_source = (tg, tg), tg
+      elif len(others) == 1:  # two families: the one other family for both terms
+        add_sources, neg_source = (others[0],) * 2, others[0]
+        rng.integers(1)  # the draw this choice has always taken: later draws stay as they were
+      else:  # Table 1's cell: two distinct other families (an ordered pair), one seeded draw
+        options = cross_assignments(models, tg, 2, True)
+        add_sources = tuple(options[rng.integers(len(options))])
+        neg_source = add_sources[0]
     add.append((tg, (pairs[rng.integers(len(pairs))], add_sources)))
     t = names[rng.integers(len(names))]
     neg.append((tg, ((t,), (neg_source,))))
@@ -480,7 +489,13 @@ def negation_curve(study, ops, names, controls, strengths) -> dict:
 
 
 def summarize(records: Sequence[dict]) -> dict:
-  """Mean changes from zero-shot in points, per kind, setting and method."""
+  """Mean changes from zero-shot in points, per kind, setting and method.
+
+  ``TWO_SOURCES`` (two distinct sources onto a third) is the paper's Table 1 row; its
+  consensus entry is the consensus cells' (one per target and task pair: every pair the
+  two-source cells cover, each as often, so both rows average the same zero-shot), as is the
+  single-source row's. The retentions (closed form, and consensus, over oracle) are read on
+  Table 1's row, or on the single-source row where the grid has no third family."""
   out: dict = {"addition": {}, "negation": {}}
   role = {"addition": "composed", "negation": "removed"}
   for kind in out:
@@ -496,8 +511,13 @@ def summarize(records: Sequence[dict]) -> dict:
           block[method] = {role[kind]: round(float(np.mean([r[role[kind]] for r in rs])), 4),
                            "controls": round(float(np.mean([r["controls"] for r in rs])), 4),
                            "cells": len(rs)}
-      out[kind][setting] = block
-  cross = out["addition"]["cross_model"]
+      if block or setting != TWO_SOURCES:  # negation has no two-term cell
+        out[kind][setting] = block
+  for kind in out:  # the consensus beside Table 1's row, read on the same (target, task) cells
+    two, one = out[kind].get(TWO_SOURCES), out[kind].get("cross_model", {})
+    if two and "consensus" in one:
+      two["consensus"] = dict(one["consensus"])
+  cross = out["addition"].get(TWO_SOURCES) or out["addition"].get("cross_model", {})
   ok = "oracle" in cross and cross["oracle"]["composed"] > 0
   out["oracle_retention"] = (
       round(cross["closed_form"]["composed"] / cross["oracle"]["composed"], 4) if ok else None)

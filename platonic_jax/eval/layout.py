@@ -25,7 +25,10 @@ SETTINGS = {"same_model": "Source and target are the same model",
             "same_architecture": "Different models within one architecture (weight-space: the "
                                  "source's task vectors added untransported)",
             "cross_model": "Source and target are different models",
-            "two_sources": "Two distinct sources onto a third model",
+            "two_sources": "Two distinct sources onto a third model (Table 1's cross-model "
+                           "cells)",
+            "one_source": "One other model the source of every term (Table 3's single-source "
+                          "regime)",
             "mixed": "One source is the target"}
 METHODS = {"weight_space": "Weight-space arithmetic", "gradfix": "GradFix",
            "theseus": "Theseus", "closed_form": "Ours, closed form",
@@ -272,7 +275,17 @@ def audio_job_tables(records: Sequence[dict], controls: Sequence[str], *,
 def main_job_tables(records: Sequence[dict], controls: Sequence[str]) -> str:
   """The paper's Table 1 (addition) and Table 2 (negation) in the layout every experiment
   prints them in (``platonic_jax.eval.layout``: each entry a mean accuracy in percent with its
-  change in points from the zero-shot of the row's own cells, and the row's cell count)."""
+  change in points from the zero-shot of the row's own cells, and the row's cell count). Where
+  the records hold two-source cells (``two_sources``: Table 1's cross-model cells), the
+  consensus rows print in their block and the other cross-model cells (one other family for
+  every term) in a block of their own, Table 3's single-source regime."""
+
+  two = any(r["setting"] == "two_sources" for r in records)
+
+  def setting(r):  # beside Table 1's cells: the consensus with them, the rest one source
+    if not two or r["setting"] != "cross_model":
+      return r["setting"]
+    return "two_sources" if r["method"] == "consensus" else "one_source"
 
   def rows(kind):
     out = []
@@ -280,7 +293,7 @@ def main_job_tables(records: Sequence[dict], controls: Sequence[str]) -> str:
       if r["kind"] == kind:
         keys = list(r["tasks"]) + list(controls)
         acc = [r["accuracy"][t] for t in keys]
-        out.append(Row(r["setting"], r["method"], acc,
+        out.append(Row(setting(r), r["method"], acc,
                        [a - r["delta"][t] for a, t in zip(acc, keys)]))
     return out
   return "\n".join(x for x in (table1(rows("addition"), controls),
@@ -290,8 +303,9 @@ def main_job_tables(records: Sequence[dict], controls: Sequence[str]) -> str:
 # The main job's headline: mean change from zero-shot per kind, setting and method.
 SUMMARY_METHODS = ("closed_form", "consensus", "adapter", "oracle", "random_utd", "weight_space",
                    "gradfix", "theseus")
-SUMMARY_SETTINGS = {"same_model": "same model", "cross_model": "cross model (one source)",
-                    "two_sources": "cross model (two sources)",
+SUMMARY_SETTINGS = {"same_model": "same model",
+                    "two_sources": "cross model, two sources (Table 1)",
+                    "cross_model": "cross model, one source (Table 3)",
                     "same_architecture": "one architecture"}
 
 

@@ -263,7 +263,7 @@ def test_summary_table_is_the_readmes_layout_with_cells_retention_controls_and_d
                                                                    "method": False}}}
   text = layout.summary_table(summary, ["scene", "look"])
   assert "| addition, same model" in text and "+12.7 / -4.9 (8)" in text
-  assert "| addition, cross model (two sources)" in text and "+10.0 / -5.0 (24)" in text
+  assert "| addition, cross model, two sources (Table 1)" in text and "+10.0 / -5.0 (24)" in text
   assert "Oracle" in text and "Weight-space" not in text  # only the methods present
   assert "- retention (oracle): undefined" in text
   assert "- controls (never in any fit): scene, look" in text

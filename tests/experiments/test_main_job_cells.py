@@ -429,3 +429,69 @@ def test_two_source_cells_have_their_own_summary_block_and_table():
   assert s["addition"][main_job.TWO_SOURCES]["closed_form"] == {"composed": 3.0,
                                                                  "controls": -3.0, "cells": 1}
   assert "Two distinct sources onto a third model" in layout.main_job_tables(recs, ["c"])
+
+
+def test_adapter_cross_model_cells_are_table_1_cells_with_two_distinct_sources():
+  """With three families or more the adapter's cross-model addition cells are drawn from Table
+  1's cells (two distinct other families onto the target: cells ``main_cells`` holds, setting
+  ``TWO_SOURCES``), its negation cells take the first of them; with two families the other one
+  for both terms, drawn as before (the micro world's adapter cells are unchanged)."""
+  models, names = ["a", "b", "c", "d"], ["s", "t", "u"]
+  chosen = main_job.choose_adapter_cells(models, names, 8, seed=3)
+  cells = main_job.main_cells(models, names, chosen)
+  marked = [c for c in cells if c["adapter"]]
+  add = [c for c in marked if c["kind"] == "addition"]
+  assert len(add) == len(chosen["addition"]) and len(add) > 0
+  cross = [c for c in add if c["setting"] != "same_model"]
+  assert cross and all(c["setting"] == main_job.TWO_SOURCES for c in cross)
+  for c in cross:
+    assert len(set(c["sources"])) == 2 and c["target"] not in c["sources"]
+  for tg, ((t,), (s,)) in chosen["negation"]:
+    twin = [srcs for g, (_, srcs) in chosen["addition"] if g == tg]
+    assert s == tg or s != tg and any(s == srcs[0] for srcs in twin)
+  # two families: the other one for both terms, the draws those of the rule before Table 1's
+  # cells (recorded from it at 67e94ee)
+  two = main_job.choose_adapter_cells(["a", "b"], names, 4, seed=0)
+  assert two["addition"] == [("a", (("t", "u"), ("a", "a"))), ("b", (("s", "u"), ("a", "a"))),
+                             ("a", (("s", "t"), ("b", "b"))), ("b", (("s", "t"), ("b", "b")))]
+  assert two["negation"] == [("a", (("t",), ("a",))), ("b", (("s",), ("a",))),
+                             ("a", (("s",), ("b",))), ("b", (("s",), ("b",)))]
+
+
+def test_table_1_row_has_the_consensus_and_the_retentions():
+  """The summary's Table 1 row (two distinct sources) carries the consensus cells' entry, and
+  the retentions are read on it; negation has no two-source block."""
+  rec = lambda kind, setting, method, x: {
+      "kind": kind, "setting": setting, "method": method,
+      ("composed" if kind == "addition" else "removed"): x, "controls": -1.0}
+  recs = [rec("addition", "cross_model", "closed_form", 2.0),
+          rec("addition", "cross_model", "oracle", 10.0),
+          rec("addition", "cross_model", "consensus", 7.0),
+          rec("addition", main_job.TWO_SOURCES, "closed_form", 5.0),
+          rec("addition", main_job.TWO_SOURCES, "oracle", 10.0),
+          rec("negation", "cross_model", "closed_form", -9.0),
+          rec("negation", "cross_model", "consensus", -8.0)]
+  s = main_job.summarize(recs)
+  two = s["addition"][main_job.TWO_SOURCES]
+  assert two["consensus"] == s["addition"]["cross_model"]["consensus"] == {
+      "composed": 7.0, "controls": -1.0, "cells": 1}
+  assert s["oracle_retention"] == 0.5 and s["consensus_retention"] == 0.7
+  assert main_job.TWO_SOURCES not in s["negation"]
+  table = layout.summary_table(s)
+  assert table.index("two sources (Table 1)") < table.index("one source (Table 3)")
+
+
+def test_printed_table_1_puts_the_consensus_beside_the_two_source_cells():
+  """With two-source cells the printed Table 1 has their block (the consensus rows in it) and
+  the single-source cells' block, named as Table 3's regime; each row read on its own cells."""
+  rec = lambda setting, method, srcs, v: {
+      "kind": "addition", "setting": setting, "method": method, "tasks": ["x", "y"],
+      "sources": srcs, "accuracy": {"x": 50.0 + v, "y": 50.0 + v, "c": 40.0},
+      "delta": {"x": v, "y": v, "c": -1.0}}
+  recs = [rec(main_job.TWO_SOURCES, "closed_form", ["b", "c"], 3.0),
+          rec("cross_model", "closed_form", ["b", "b"], 1.0),
+          rec("cross_model", "consensus", ["consensus"] * 2, 5.0)]
+  text = layout.main_job_tables(recs, ["c"])
+  two, one = text.index("Two distinct sources onto a third"), text.index("single-source regime")
+  assert two < text.index("Ours, consensus") < one
+  assert "Ours, consensus" not in text[one:]

@@ -51,6 +51,7 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 # for its pretraining), so the partition's one-process run, started after them, loads them.
 SLOW_FIRST = ("tests/experiments/test_main_job.py",
               "tests/experiments/test_audio_main_job.py", "tests/core/test_train_batched.py",
+              "tests/experiments/test_main_job_launchers.py",
               "tests/parallel/test_multiprocess.py",
               "tests/models/test_clip_parity.py", "tests/parallel/test_partition.py",
               "tests/experiments/test_suite.py", "tests/experiments/test_edit_routes.py",

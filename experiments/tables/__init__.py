@@ -62,8 +62,11 @@ def run(config, workdir: str, *, log: Callable[[str], None] = print, world=None,
   from experiments.configs.common import check_name_lists
   module = get(config.experiment)
   check_name_lists(config)
-  return runner.run(runner.experiment(module), config, workdir, log=log, world=world,
-                    study=study)
+  exp = runner.experiment(module)
+  if not callable(getattr(module, "settings", None)):  # every table's: the configs' provenance
+    from experiments.configs import provenance
+    exp.settings = provenance.of
+  return runner.run(exp, config, workdir, log=log, world=world, study=study)
 
 
 def cell_cost(module, config, cell: dict) -> float:

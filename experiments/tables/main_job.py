@@ -619,6 +619,7 @@ def outputs(study, config, workdir: str, records, prepared: Prepared) -> dict:
   """Stage 5 on process 0, after the sweep: Figure 2's curve, the summary, the tables (printed
   too) and the exported cells; writes ``write_outputs``' files and returns the
   summary."""
+  from experiments.configs import provenance
   from platonic_jax.core import options
   p, log = prepared, study.log
   flat = flatten(records)
@@ -638,7 +639,7 @@ def outputs(study, config, workdir: str, records, prepared: Prepared) -> dict:
   summary["selection"] = {
       "rule": config.get("selection_rule", "min"),
       "operators": {"/".join(k): [op.rank, op.ridge] for k, op in sorted(p.ops.items())}}
-  summary["method"] = options.method_block(config)
+  summary["method"] = options.method_block(config, provenance=provenance.of(config))
   summary["provenance"] = runner.provenance(getattr(study, "clock", None))
   summary["controls"] = list(p.controls)  # in the tables' column order
   pretrained = getattr(study.world, "pretrain_info", {}) if study.world is not None else {}

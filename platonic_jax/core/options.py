@@ -30,6 +30,35 @@ METHOD = {
     "residual_head_route": "head_edit",
 }
 
+# Every method setting of the config schema (``experiments/configs/common.py``, the main job's
+# ``main.py``), with METHOD's value (None: METHOD leaves it to a flag). A run's ``method`` block
+# records each one's value and how it was chosen (``provenance``); every other field of the
+# schema is in ``NOT_METHOD`` with what it is instead.
+SETTINGS = {
+    "source.rank": 4, "source.steps": None, "source.lr": None, "source.batch": None,
+    "adapter.rank": 16, "adapter.steps": None, "adapter.lr": None, "adapter.batch": None,
+    "adapter.keep": 0.0, "folds": 5, "alpha": 0.5, "negation_lambda": 1.0,
+    "weight_space_lambda": 0.5, "calibrate": False, "include_ceiling": False,
+    "selection_rule": "min", "residual_head_route": "head_edit",
+    "same_architecture.per_class": None, "same_architecture.vote": None,
+    "same_architecture.center": None,
+}
+NOT_METHOD = {
+    "experiment": "which experiment runs", "variant": "the config's variant",
+    "seed": "the run's seed (world, sources, folds, draws)", "source.seed": "follows seed",
+    "data": "the models, world, tasks and controls the experiment reads",
+    "distinct_sources": "which cells the grid holds", "adapter.cells": "which cells the "
+    "adapter runs on", "negation_strengths": "Figure 2's axis", "export_cells": "outputs",
+    "random_draws": "how the random-UTD controls are seeded", "workers": "threads (results "
+    "identical)", "cache_dir": "where products are kept", "compilation_cache": "where "
+    "compiled programs are kept", "same_architecture.families": "which families enter the "
+    "block", "same_architecture.batch": "images per forward pass (results identical)",
+    "same_architecture.adapter_cells": "which cells the adapter runs on",
+}
+# How a setting may be said to have been chosen (the ``method`` block's "chosen").
+HOW = ("METHOD", "paper: ", "label-free: ", "development worlds: ", "stated reason: ",
+       "this run's config: ")
+
 # What the code does where a config leaves an option out (the pipeline and the suite read
 # ``cfg.get(name, default)`` with these defaults: METHOD's values; every closed-form cell on a
 # SigLIP target takes the head edit unless a config names the embedding operator).
@@ -46,12 +75,17 @@ def _get(cfg: Mapping[str, Any], dotted: str, default):
   return node
 
 
-def method_block(cfg: Mapping[str, Any], fixed: Mapping[str, Any] | None = None) -> dict:
-  """{option: {"value", "method", "is_method"}} of a run's config, and "departures".
+def method_block(cfg: Mapping[str, Any], fixed: Mapping[str, Any] | None = None,
+                 provenance: Mapping[str, str] | None = None) -> dict:
+  """{option: {"value", "method", "is_method"}} of a run's config, and "departures"; with
+  ``provenance``, also every method setting of ``SETTINGS`` the config holds, each entry with
+  "chosen": how its value was chosen (one of ``HOW``'s forms; "METHOD" where the value is
+  METHOD's, "unrecorded" where ``provenance`` does not say).
 
   cfg: the run's config (a ConfigDict or mapping; dotted names read nested blocks).
   fixed: option values the run takes regardless of the config (e.g. a route it has no switch
   for), overriding what the config holds.
+  provenance: {setting: how it was chosen} (``experiments.configs.provenance.of``).
   """
   fixed = dict(fixed or {})
   unknown = sorted(set(fixed) - set(METHOD))
@@ -66,4 +100,15 @@ def method_block(cfg: Mapping[str, Any], fixed: Mapping[str, Any] | None = None)
       value = float(value)
     out[name] = {"value": value, "method": ref, "is_method": value == ref}
   out["departures"] = sorted(n for n in METHOD if not out[n]["is_method"])
+  if provenance is None:
+    return out
+  missing = object()
+  for name, ref in SETTINGS.items():
+    value = out[name]["value"] if name in METHOD else _get(cfg, name, missing)
+    if value is missing:
+      continue
+    entry = out.setdefault(name, {"value": value, "method": ref,
+                                  "is_method": ref is not None and value == ref})
+    entry["chosen"] = ("METHOD" if entry["is_method"] and name not in provenance
+                       else provenance.get(name, "unrecorded"))
   return out

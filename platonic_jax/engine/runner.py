@@ -25,7 +25,7 @@ from platonic_jax.engine import lock
 RESULTS = "results.jsonl"
 SKIPPED = "skipped.json"  # {"task/split": [where each corrupt example left out lived]}
 HOOKS = ("check", "make_study", "cells", "needs", "prepare", "compute", "cost", "render",
-         "outputs", "listing", "figures")
+         "outputs", "listing", "figures", "settings")
 
 
 def op(target: str, task: str, spec: str, seed: int | None = None,
@@ -94,13 +94,18 @@ class Experiment:
   def render(self, records) -> str:
     return ""
 
+  def settings(self, config) -> dict:
+    """{method setting: how its value was chosen} (``core.options.method_block``'s
+    provenance); {} leaves each entry "METHOD" or "unrecorded"."""
+    return {}
+
   def outputs(self, study, config, workdir: str, records, made) -> Any:
     """Process 0, after the sweep: ``config.json`` (config, hash and ``method`` block),
     ``tables.md`` (``render`` with the skipped examples and the departures) and ``SKIPPED``."""
     from platonic_jax.atomic import write_bytes
     from platonic_jax.core import options
     from platonic_jax.engine.sweep import config_hash, plain
-    method = options.method_block(config)
+    method = options.method_block(config, provenance=self.settings(config))
     skipped = dict(getattr(study, "skipped", {}))
     write_bytes(os.path.join(workdir, SKIPPED),
                 json.dumps(skipped, indent=1, sort_keys=True).encode())

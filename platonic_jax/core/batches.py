@@ -17,12 +17,29 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from platonic_jax.models.audio_features import FusedAudioInputs
 from platonic_jax.models.preprocess import NaflexInputs
+
+# The model inputs that are not one array: a SigLIP2 NaFlex model's, a fused CLAP model's. Each
+# is a pytree with rows first in every leaf, and has ``len``, row indexing and ``concatenate``.
+STRUCTURED_INPUTS = (NaflexInputs, FusedAudioInputs)
+
+
+def is_structured(images) -> bool:
+  """True for ``NaflexInputs`` or ``FusedAudioInputs`` (not one array)."""
+  return isinstance(images, STRUCTURED_INPUTS)
+
+
+def as_host_inputs(images):
+  """Model inputs held on the host: ``NaflexInputs`` / ``FusedAudioInputs`` as they are, any
+  other (an array-like) as a numpy array."""
+  return images if is_structured(images) else np.asarray(images)
 
 
 def num_rows(images) -> int:
-  """The number of images ``n`` in image inputs: an array (n, ...) or ``NaflexInputs``."""
-  return len(images) if isinstance(images, NaflexInputs) else int(np.shape(images)[0])
+  """The number of images (clips) ``n`` in model inputs: an array (n, ...), ``NaflexInputs``
+  or ``FusedAudioInputs``."""
+  return len(images) if is_structured(images) else int(np.shape(images)[0])
 
 
 def pow2_bucket(n: int, batch: int) -> int:

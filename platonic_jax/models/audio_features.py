@@ -36,6 +36,11 @@ for other sizes, where the reference raises.
 
 Shapes: ``input_features`` ``(n, C, T, F)`` float32 with ``C`` 4 (fusion) or 1, ``T`` frames,
 ``F = feature_size``; ``is_longer`` ``(n,)`` bool.
+
+What a fused model's tower takes travels as ``FusedAudioInputs`` (the two arrays, a pytree):
+wherever the engine and the trainers pass an unfused model's ``input_features`` array, they
+pass a fused model's ``FusedAudioInputs``, as they pass a SigLIP2 NaFlex model's
+``preprocess.NaflexInputs``.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ import dataclasses
 import os
 from typing import Any, Mapping, Sequence
 
+import jax
 import numpy as np
 
 PREPROCESSOR_CONFIG = "preprocessor_config.json"
@@ -146,6 +152,91 @@ class AudioFeatures:
   """input_features (n, C, T, F) float32; is_longer (n,) bool."""
   input_features: np.ndarray
   is_longer: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedAudioInputs:
+  """What a fused CLAP audio tower takes for ``n`` clips (``truncation="fusion"`` features).
+
+  input_features ``(n, 4, T, F)`` float32: the whole mel shrunk to ``T`` frames, then three
+  crops of it (a clip no longer than the window: four copies of its padded mel).
+  is_longer ``(n,)`` bool: the rows whose fusion branch runs (the clips longer than the window,
+  or the one the extractor flags in a call where none is).
+
+  A pytree (the two arrays its leaves), so mini-batches pass through ``jax.jit``, tree maps and
+  the trainers' row gathers; ``len``, row indexing and ``concatenate`` keep it whole. An
+  unfused model's features stay a plain ``(n, 1, T, F)`` array.
+  """
+  input_features: np.ndarray
+  is_longer: np.ndarray
+
+  @staticmethod
+  def from_features(features: "AudioFeatures") -> "FusedAudioInputs":
+    """The extractor's ``AudioFeatures`` (``truncation="fusion"``) as fused inputs."""
+    return FusedAudioInputs(np.asarray(features.input_features, np.float32),
+                            np.asarray(features.is_longer, bool).reshape(-1))
+
+  def __len__(self) -> int:
+    return int(np.shape(self.input_features)[0])
+
+  def __getitem__(self, rows) -> "FusedAudioInputs":
+    """The clips ``rows`` of both fields, kept as ``FusedAudioInputs``: a slice, a 1-D integer
+    index array ``(k,)`` or a boolean mask ``(n,)`` (numpy indexing; an int ``i`` is ``[i]``,
+    so the batch axis stays)."""
+    if isinstance(rows, (int, np.integer)):
+      rows = [int(rows)]
+    if not isinstance(rows, slice):
+      rows = np.asarray(rows)
+      if rows.ndim != 1 or not (np.issubdtype(rows.dtype, np.integer)
+                                or rows.dtype == np.bool_ or rows.size == 0):
+        raise TypeError(f"FusedAudioInputs rows must be a slice, a 1-D integer array or a "
+                        f"boolean mask, got {rows.dtype} of shape {rows.shape}")
+      if rows.size == 0:
+        rows = rows.astype(np.int64)
+    return FusedAudioInputs(self.input_features[rows], self.is_longer[rows])
+
+  def check(self, what: str = "fused audio inputs") -> "FusedAudioInputs":
+    """Returns them as input_features (n, C, T, F) float32 and is_longer (n,) bool; ValueError
+    naming ``what`` for an empty batch, features that are not a float (n, C, T, F) array, or an
+    is_longer without exactly one entry per clip. (The channels, frames and mel bins a model
+    takes are its tower's ``check_inputs``.)"""
+    x, longer = np.asarray(self.input_features), np.asarray(self.is_longer)
+    if x.ndim != 4 or x.shape[0] == 0 or not np.issubdtype(x.dtype, np.floating):
+      raise ValueError(f"{what}: input_features must be a non-empty float array (n, C, T, F), "
+                       f"got {x.dtype} of shape {x.shape}")
+    if longer.shape != (x.shape[0],):
+      raise ValueError(f"{what}: is_longer must have one entry per clip, shape "
+                       f"({x.shape[0]},), got shape {longer.shape}")
+    if longer.dtype != np.bool_ and not (np.issubdtype(longer.dtype, np.integer)
+                                         and np.isin(longer, (0, 1)).all()):
+      raise ValueError(f"{what}: is_longer must be booleans (or 0/1), got {longer.dtype}")
+    return FusedAudioInputs(x.astype(np.float32, copy=False), longer.astype(bool, copy=False))
+
+  @staticmethod
+  def concatenate(parts: Sequence["FusedAudioInputs"]) -> "FusedAudioInputs":
+    """The clips of several ``FusedAudioInputs`` in order, ``(sum n_i, C, T, F)`` and
+    ``(sum n_i,)``; every part must have the same ``(C, T, F)`` (ValueError naming the first
+    that does not; TypeError for a part of another kind)."""
+    parts = list(parts)
+    if not parts:
+      raise ValueError("no FusedAudioInputs to concatenate")
+    for i, p in enumerate(parts):
+      if not isinstance(p, FusedAudioInputs):
+        raise TypeError(f"part {i} is a {type(p).__name__}, not FusedAudioInputs (a fused CLAP "
+                        "model's inputs concatenate only with fused inputs of the same model)")
+      if np.shape(p.input_features)[1:] != np.shape(parts[0].input_features)[1:]:
+        raise ValueError(f"FusedAudioInputs part {i} has input_features (n, C, T, F) = "
+                         f"{tuple(np.shape(p.input_features))}, part 0 has "
+                         f"{tuple(np.shape(parts[0].input_features))}: parts must share C, T "
+                         "and F (one feature extractor)")
+    return FusedAudioInputs(np.concatenate([np.asarray(p.input_features) for p in parts]),
+                            np.concatenate([np.asarray(p.is_longer) for p in parts]))
+
+
+# A pytree (its two arrays the leaves), so fused batches pass through jax.jit and tree maps.
+jax.tree_util.register_dataclass(
+    FusedAudioInputs, data_fields=[f.name for f in dataclasses.fields(FusedAudioInputs)],
+    meta_fields=[])
 
 
 def _rng(rng) -> np.random.RandomState:

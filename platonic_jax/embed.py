@@ -23,6 +23,7 @@ from platonic_jax import kernels
 from platonic_jax.core.batches import bucketed
 from platonic_jax.core.descriptor import l2_normalize
 from platonic_jax.models import layers
+from platonic_jax.models.audio_features import FusedAudioInputs
 from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.models.preprocess import NaflexInputs
 from platonic_jax.parallel import mesh as mesh_lib
@@ -302,10 +303,16 @@ def embed_audio_features(model: DualEncoder, input_features, is_longer=None, *,
                          progress: bool | None = None) -> np.ndarray:
   """Audio embeddings ``(n, d)`` float32 of features already extracted (``embed_audio`` without
   the feature extractor): ``input_features`` (n, C, T, F) float32, e.g. the audio world's task
-  inputs; ``is_longer`` (n,) bool (default all False; a fused model needs it). Batching as
-  ``embed_audio``. ValueError for a non-audio model, inputs the tower cannot take, or NaN /
-  infinite features."""
+  inputs; ``is_longer`` (n,) bool (default all False; a fused model needs it). A fused model's
+  ``FusedAudioInputs`` (both arrays) may stand for ``input_features`` with ``is_longer`` left
+  out. Batching as ``embed_audio``. ValueError for a non-audio model, inputs the tower cannot
+  take, or NaN / infinite features."""
   _check_audio_model(model, "embed_audio_features")
+  if isinstance(input_features, FusedAudioInputs):
+    if is_longer is not None:
+      raise ValueError("is_longer given twice: FusedAudioInputs carry their own; pass them "
+                       "alone")
+    input_features, is_longer = input_features.input_features, input_features.is_longer
   x = np.asarray(input_features)
   if x.ndim != 4 or x.shape[0] == 0 or not np.issubdtype(x.dtype, np.floating):
     raise ValueError(f"input_features must be a non-empty float array (n, C, T, F), got "
@@ -313,7 +320,9 @@ def embed_audio_features(model: DualEncoder, input_features, is_longer=None, *,
   n = x.shape[0]
   if is_longer is None:
     if model.module.spec.audio.enable_fusion:
-      raise ValueError("a fused CLAP model needs is_longer (n,) with input_features")
+      raise ValueError(f"model {model.name!r} is a fused CLAP model: it needs is_longer (n,) "
+                       "with input_features (or FusedAudioInputs holding both; the feature "
+                       "extractor with truncation='fusion' returns them)")
     is_longer = np.zeros((n,), bool)
   is_longer = np.asarray(is_longer, bool).reshape(-1)
   if is_longer.shape != (n,):

@@ -42,6 +42,7 @@ from platonic_jax.core.descriptor import Descriptor, Provenance
 from platonic_jax.core.grid import Grid, make_grid
 from platonic_jax.core.operator import Operator
 from platonic_jax.engine.inputs import is_split, model_inputs
+from platonic_jax.models.audio_features import FusedAudioInputs
 from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.models.preprocess import NaflexInputs
 from platonic_jax.validate import check_int, check_labels
@@ -80,7 +81,8 @@ def _check_model(model, what: str) -> None:
 def pixels(model: DualEncoder, images):
   """The model's image inputs for ``images``: an array ``(n, 3, H, W)`` float32, or for a
   SigLIP2 NaFlex model ``NaflexInputs`` (pixel_values (n, P, 3*p*p), pixel_attention_mask
-  (n, P), spatial_shapes (n, 2)).
+  (n, P), spatial_shapes (n, 2)); for a CLAP model its audio features (n, 1, T, F), or
+  ``FusedAudioInputs`` (input_features (n, 4, T, F), is_longer (n,)) for a fused one.
 
   images: preprocessed inputs (a float array ``(n, 3, H, W)`` or ``NaflexInputs``, returned
   after a check), a list of PIL images (the model's preprocessor), or a loader ``Split`` (read
@@ -96,7 +98,7 @@ def pixels(model: DualEncoder, images):
     raise ValueError("images is empty")
   if is_split(images) or isinstance(images, (list, tuple)):
     return model_inputs(model, model.name, images)  # the engine's reading of raw images
-  if isinstance(images, NaflexInputs):
+  if isinstance(images, (NaflexInputs, FusedAudioInputs)):
     return train.check_images(model, images)
   if not isinstance(images, np.ndarray) and not hasattr(images, "__array__"):
     raise TypeError(f"images must be an array (n, {want[0]}, {want[1]}, {want[2]}), a list of "

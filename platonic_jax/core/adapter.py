@@ -39,10 +39,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from platonic_jax.core import train
+from platonic_jax.core.batches import as_host_inputs
 from platonic_jax.core.descriptor import l2_normalize
 from platonic_jax.core.train import Recipe
 from platonic_jax.models.dual_encoder import DualEncoder
-from platonic_jax.models.preprocess import NaflexInputs
 from platonic_jax.validate import check_fraction
 
 
@@ -62,7 +62,8 @@ class AdapterTerm:
   """One term ``s * U`` of an edit, with the data to fit it on.
 
   probes: (n, 3, H, W) the grid's probe images, preprocessed for the target, row order of U
-    (for a SigLIP2 NaFlex target also ``NaflexInputs`` of the n probes).
+    (for a SigLIP2 NaFlex target also ``NaflexInputs`` of the n probes; for a CLAP target its
+    audio features, ``FusedAudioInputs`` for a fused one).
   G: (C, d) the target's class embeddings for the grid's prompts, column order of U.
   U: (n, C) the descriptor matrix. coef: the sign/strength ``s``. name: for messages.
   """
@@ -74,7 +75,7 @@ class AdapterTerm:
 
   def __post_init__(self):
     U = np.asarray(self.U, np.float32)
-    probes = self.probes if isinstance(self.probes, NaflexInputs) else np.asarray(self.probes)
+    probes = as_host_inputs(self.probes)
     G = np.asarray(self.G)
     if U.ndim != 2:
       raise ValueError(f"term {self.name!r}: U must be (n, C), got shape {U.shape}")
@@ -112,8 +113,7 @@ def _probe_pair(task: str, value) -> tuple[tuple, Any]:
   if ids is None or images is None:
     raise ValueError(f"probes for task {task!r} must be (probe_ids, images (n, 3, H, W) or "
                      "NaflexInputs); the ids are checked against the descriptor's grid")
-  if not isinstance(images, NaflexInputs):
-    images = np.asarray(images)
+  images = as_host_inputs(images)
   return tuple(np.asarray(ids).tolist()), images
 
 

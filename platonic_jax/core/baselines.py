@@ -33,10 +33,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from platonic_jax.core import adapter, gradfix as gradfix_lib, lora, rebasin, train
+from platonic_jax.core.batches import as_host_inputs
 from platonic_jax.core.descriptor import l2_normalize
 from platonic_jax.core.train import Recipe
 from platonic_jax.models.dual_encoder import DualEncoder
-from platonic_jax.models.preprocess import NaflexInputs
 
 
 # ----------------------------------------------------------------------------------------------
@@ -225,7 +225,7 @@ class DistillTerm:
 
   def __post_init__(self):
     A = np.asarray(self.A_ft, np.float32)
-    probes = self.probes if isinstance(self.probes, NaflexInputs) else np.asarray(self.probes)
+    probes = as_host_inputs(self.probes)
     G = np.asarray(self.G)
     if (A.ndim != 2 or not train.is_image_batch(probes)
         or train.num_rows(probes) != A.shape[0]):

@@ -13,8 +13,10 @@ one), ``A = Zhat @ Ghat.T``.
 
 Shapes: images ``(N, 3, H, W)`` preprocessed, or for a SigLIP2 NaFlex model ``NaflexInputs``
 (``pixel_values (N, P, 3*p*p)``, ``pixel_attention_mask (N, P)``, ``spatial_shapes (N, 2)``,
-every image padded to the processor's ``P = max_num_patches``); labels ``(N,)`` int, class
-embeddings ``G (C, d)`` (L2-normalised here again, so any positive row scale is harmless).
+every image padded to the processor's ``P = max_num_patches``), for a CLAP model its audio
+features: ``(N, 1, T, F)`` (unfused) or ``FusedAudioInputs`` (``input_features (N, 4, T, F)``,
+``is_longer (N,)``: a fused model); labels ``(N,)`` int, class embeddings ``G (C, d)``
+(L2-normalised here again, so any positive row scale is harmless).
 NaFlex mini-batches are gathered on the host like arrays and have one shape, so a run still
 compiles its step once: the tower reads ``spatial_shapes`` as traced values (the position
 embeddings are resized by a per-image weight matrix), never as static shapes.
@@ -37,6 +39,7 @@ from platonic_jax import progress
 from platonic_jax.core import lora
 from platonic_jax.core.batches import bucketed, num_rows, pow2_bucket
 from platonic_jax.core.descriptor import l2_normalize
+from platonic_jax.models.audio_features import FusedAudioInputs
 from platonic_jax.models.dual_encoder import DualEncoder
 from platonic_jax.models.preprocess import NaflexInputs
 from platonic_jax.parallel import distributed
@@ -54,12 +57,16 @@ def encode_images(module: nnx.Module, images) -> jax.Array:
   """``module.encode_image`` of image inputs in the compute dtype of the training step being
   traced (``lora.compute_dtype()``; the inputs' own dtype outside one): pixels (b, 3, H, W), or
   ``NaflexInputs`` (pixel_values (b, P, 3*p*p), pixel_attention_mask (b, P), spatial_shapes
-  (b, 2)) -> unnormalised embeddings (b, d) float32. Every loss of a trainer embeds through
-  this."""
+  (b, 2)); for a CLAP model its audio features (b, 1, T, F), or ``FusedAudioInputs``
+  (input_features (b, 4, T, F), is_longer (b,)) for a fused one -> unnormalised embeddings
+  (b, d) float32. Every loss of a trainer embeds through this."""
   dtype = lora.compute_dtype()
   if isinstance(images, NaflexInputs):
     pv = images.pixel_values if dtype is None else images.pixel_values.astype(dtype)
     z = module.encode_image(pv, images.pixel_attention_mask, images.spatial_shapes)
+  elif isinstance(images, FusedAudioInputs):  # fused CLAP: the fusion branch reads is_longer
+    x = images.input_features
+    z = module.encode_audio(x if dtype is None else x.astype(dtype), images.is_longer)
   elif getattr(module, "input_kind", "image") == "audio":  # CLAP: input_features (b, 1, T, F)
     z = module.encode_audio(images if dtype is None else images.astype(dtype))
   else:
@@ -68,39 +75,54 @@ def encode_images(module: nnx.Module, images) -> jax.Array:
 
 
 def is_image_batch(images) -> bool:
-  """True for image inputs of some batch: an array (n, 3, H, W), or ``NaflexInputs`` whose
-  pixel_values are (n, P, 3*p*p) (their values are checked by ``check_images``)."""
+  """True for model inputs of some batch: an array (n, 3, H, W) (or audio features
+  (n, C, T, F)), ``NaflexInputs`` whose pixel_values are (n, P, 3*p*p), or ``FusedAudioInputs``
+  whose input_features are (n, C, T, F) (their values are checked by ``check_images``)."""
   if isinstance(images, NaflexInputs):
     return np.ndim(images.pixel_values) == 3
+  if isinstance(images, FusedAudioInputs):
+    return np.ndim(images.input_features) == 4
   return np.ndim(images) == 4
 
 
 def concat_images(parts: Sequence[Any]):
   """The image inputs of several mini-batches as one, in order: arrays (b_i, 3, H, W) ->
-  (sum b_i, 3, H, W), or ``NaflexInputs`` of one patch count ``P`` field by field (inside a
-  jitted loss; ``check_same_inputs`` checks the parts beforehand)."""
+  (sum b_i, 3, H, W), or ``NaflexInputs`` of one patch count ``P`` (``FusedAudioInputs``)
+  field by field (inside a jitted loss; ``check_same_inputs`` checks the parts beforehand)."""
   return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
 
 
 def describe_images(images) -> str:
-  """A short description of image inputs for messages: a shape, or the NaFlex fields' shapes."""
+  """A short description of model inputs for messages: a shape, or the fields' shapes of
+  ``NaflexInputs`` / ``FusedAudioInputs``."""
   if isinstance(images, NaflexInputs):
     return (f"NaflexInputs with pixel_values {tuple(np.shape(images.pixel_values))}, "
             f"pixel_attention_mask {tuple(np.shape(images.pixel_attention_mask))}, "
             f"spatial_shapes {tuple(np.shape(images.spatial_shapes))}")
+  if isinstance(images, FusedAudioInputs):
+    return (f"FusedAudioInputs with input_features {tuple(np.shape(images.input_features))}, "
+            f"is_longer {tuple(np.shape(images.is_longer))}")
   return f"shape {tuple(np.shape(images))}"
+
+
+def _inputs_kind(x) -> str:
+  return type(x).__name__ if isinstance(x, (NaflexInputs, FusedAudioInputs)) else "arrays"
 
 
 def check_same_inputs(parts: Sequence[Any], names: Sequence[str]) -> None:
   """Raises ValueError naming the first part whose image inputs cannot be concatenated with the
-  first's (one forward pass over every term's mini-batch): NaflexInputs with arrays, or NaFlex
-  inputs padded to another number of patches."""
+  first's (one forward pass over every term's mini-batch): inputs of different kinds (arrays,
+  ``NaflexInputs``, ``FusedAudioInputs``), or NaFlex inputs padded to another number of
+  patches."""
   first = parts[0]
   for x, name in zip(parts[1:], names[1:]):
-    if isinstance(x, NaflexInputs) != isinstance(first, NaflexInputs):
+    if _inputs_kind(x) != _inputs_kind(first):
+      what = ("(all NaflexInputs or all pixel arrays)" if not (
+          isinstance(x, FusedAudioInputs) or isinstance(first, FusedAudioInputs))
+              else "(all FusedAudioInputs for a fused CLAP model)")
       raise ValueError(f"{name} is {describe_images(x)} but {names[0]} is "
                        f"{describe_images(first)}: every term must give the same kind of image "
-                       "inputs (all NaflexInputs or all pixel arrays)")
+                       f"inputs {what}")
     if isinstance(x, NaflexInputs) and x.pixel_values.shape[1:] != first.pixel_values.shape[1:]:
       raise ValueError(f"{name} is {describe_images(x)} but {names[0]} is "
                        f"{describe_images(first)}: NaFlex inputs of one run must be padded to "
@@ -326,14 +348,20 @@ def _takes_naflex(model: DualEncoder) -> bool:
 
 def check_images(model: DualEncoder, images, what: str = "images"):
   """Validates image inputs for ``model``: a preprocessed array ``(n, 3, H, W)`` (returned as
-  float32), or for a SigLIP2 NaFlex model ``NaflexInputs`` (see ``check_naflex``). For an
-  unfused CLAP model (``input_kind`` "audio") the inputs are its audio tower's features
-  ``(n, 1, T, F)`` (the audio world's task inputs); a fused one is refused (its tower also
-  needs ``is_longer``, which the trainers do not carry)."""
+  float32), or for a SigLIP2 NaFlex model ``NaflexInputs`` (see ``check_naflex``). For a CLAP
+  model (``input_kind`` "audio") the inputs are its audio tower's features: ``(n, 1, T, F)``
+  for an unfused one (the audio world's task inputs, a real dataset's extracted clips), or
+  ``FusedAudioInputs`` (input_features ``(n, 4, T, F)``, is_longer ``(n,)``) for a fused one
+  (``check_audio_inputs``)."""
   if isinstance(images, NaflexInputs):
     return check_naflex(model, images, what)
   if getattr(model.module, "input_kind", "image") == "audio":
-    return _check_audio_features(model, images, what)
+    return check_audio_inputs(model, images, what)
+  if isinstance(images, FusedAudioInputs):
+    c, h, w = model.image_shape
+    raise ValueError(f"{what} are fused CLAP audio inputs (FusedAudioInputs) but model "
+                     f"{model.name!r} ({model.family.name}) takes preprocessed images "
+                     f"(n, {c}, {h}, {w})")
   images = np.asarray(images)
   want = model.image_shape
   if images.ndim != 4 or images.shape[1:] != want or images.shape[0] == 0:
@@ -345,14 +373,32 @@ def check_images(model: DualEncoder, images, what: str = "images"):
   return images.astype(np.float32, copy=False)
 
 
-def _check_audio_features(model: DualEncoder, x, what: str) -> np.ndarray:
-  """input_features (n, 1, T, F) of an unfused CLAP model -> float32; ValueError naming
-  ``what`` and the problem."""
+def check_audio_inputs(model: DualEncoder, x, what: str = "audio inputs"):
+  """A CLAP model's audio inputs, validated: an unfused model's input_features (n, 1, T, F)
+  (returned as float32), a fused model's ``FusedAudioInputs`` (returned as input_features
+  (n, 4, T, F) float32 and is_longer (n,) bool). ValueError naming ``what`` and the problem:
+  a fused model given a plain array (no is_longer) or an is_longer of the wrong length, an
+  unfused model given ``FusedAudioInputs``, and what the tower's ``check_inputs`` refuses
+  (channels, mel bins, frames)."""
   audio = model.module.spec.audio
+  encoder = model.module.audio_model.audio_encoder
   if audio.enable_fusion:
-    raise ValueError(f"model {model.name!r} is a fused CLAP model: its audio tower needs "
-                     "is_longer beside the features, which the trainers do not carry; use an "
-                     "unfused CLAP model")
+    if not isinstance(x, FusedAudioInputs):
+      raise ValueError(f"{what}: model {model.name!r} is a fused CLAP model, whose audio "
+                       "tower needs is_longer beside the features: give FusedAudioInputs "
+                       "(input_features (n, 4, T, F), is_longer (n,); the feature extractor "
+                       f"with truncation='fusion' returns both), got {describe_images(x)}")
+    x = x.check(what)
+    try:
+      encoder.check_inputs(x.input_features, x.is_longer)
+    except ValueError as e:
+      raise ValueError(f"{what}: {e}") from None
+    return x
+  if isinstance(x, FusedAudioInputs):
+    raise ValueError(f"{what} are FusedAudioInputs (a fused CLAP model's, with is_longer) but "
+                     f"model {model.name!r} is an unfused CLAP model: give its input_features "
+                     f"(n, {audio.input_channels}, T, {audio.num_mel_bins}) alone (truncation "
+                     "'rand_trunc')")
   x = np.asarray(x)
   if x.ndim != 4 or x.shape[0] == 0 or not np.issubdtype(x.dtype, np.floating):
     raise ValueError(f"{what} must be a non-empty float array of audio features (n, 1, T, "

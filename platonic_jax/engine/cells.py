@@ -81,7 +81,7 @@ def model_accuracy(study, model, target: str, tasks: Sequence[str]) -> dict[str,
 
 def adapter_inputs(study, target: str, tasks: Sequence[str]):
   """(probes {task: (probe_ids, inputs)}, G {task: (C, d)}) for ``fit_adapter`` (inputs as
-  ``pixels`` gives them: an array or ``NaflexInputs``)."""
+  ``pixels`` gives them: an array, ``NaflexInputs`` or ``FusedAudioInputs``)."""
   probes = {t: (study.task(t).probe_ids, study.pixels(target, study.task(t).probes))
             for t in tasks}
   return probes, {t: study.emb(target, t).G for t in tasks}

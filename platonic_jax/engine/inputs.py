@@ -1,8 +1,9 @@
 """What a study reads: tasks, their embeddings and head features, and model inputs.
 
 A task's images are preprocessed arrays ``(n, 3, H, W)``, ``NaflexInputs`` (SigLIP2 NaFlex),
-audio features ``(n, 1, T, F)`` (CLAP), a loader ``Split`` (read lazily, each model's
-preprocessor applied) or a list of PIL images.
+audio features ``(n, 1, T, F)`` (unfused CLAP) or ``FusedAudioInputs`` (a fused CLAP model's
+``(n, 4, T, F)`` features with ``is_longer (n,)``), a loader ``Split`` (read lazily, each
+model's preprocessor applied) or a list of PIL images.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from platonic_jax.core.batches import is_structured
 from platonic_jax.engine.caches import content_hash
+from platonic_jax.models.audio_features import FusedAudioInputs
 from platonic_jax.models.preprocess import NaflexInputs
 
 
@@ -21,7 +24,8 @@ class TaskData:
   """A classification task as a study reads it (the toy world's ``Task`` has the same fields).
 
   train / test: (images, labels (n,) int32). images: float32 ``(n, 3, H, W)`` preprocessed
-  arrays shared by every model, ``NaflexInputs`` preprocessed for SigLIP2 NaFlex models, a
+  arrays shared by every model, ``NaflexInputs`` preprocessed for SigLIP2 NaFlex models (audio
+  features (n, 1, T, F) for CLAP models, ``FusedAudioInputs`` for fused ones), a
   ``platonic_jax.data.loaders.Split`` (read lazily, each model's own preprocessor applied), or
   a list of PIL images. probes: the probe images (``train`` rows ``probe_ids``), of the same
   kind.
@@ -58,8 +62,9 @@ class HeadFeatures:
 
 
 def is_pixels(images) -> bool:
-  """Preprocessed model inputs: float pixels (n, 3, H, W), or NaFlex inputs."""
-  if isinstance(images, NaflexInputs):
+  """Preprocessed model inputs: float pixels (n, 3, H, W) (or audio features (n, C, T, F)),
+  NaFlex inputs, or fused CLAP audio inputs."""
+  if is_structured(images):
     return True
   return isinstance(images, np.ndarray) and images.ndim == 4 and np.issubdtype(images.dtype,
                                                                                 np.floating)
@@ -101,8 +106,8 @@ def is_audio_model(model) -> bool:
 def embed_inputs(model, inputs, batch_size: int = BATCH) -> np.ndarray:
   """Normalised embeddings (n, d) of a model's preprocessed inputs: pixels (n, 3, H, W) or
   ``NaflexInputs`` through the vision tower (``embed.embed_images``), or for a CLAP model audio
-  features (n, 1, T, F), e.g. the audio world's task inputs, through the audio tower
-  (``embed.embed_audio_features``)."""
+  features through the audio tower (``embed.embed_audio_features``): (n, 1, T, F), e.g. the
+  audio world's task inputs, or a fused model's ``FusedAudioInputs`` (is_longer with them)."""
   from platonic_jax import embed as embed_lib
   if is_audio_model(model):
     return embed_lib.embed_audio_features(model, inputs, batch_size=batch_size, progress=False)
@@ -113,24 +118,31 @@ def loader_inputs(model, name: str) -> dict:
   """The ``loaders.batches`` arguments that turn a split's examples into ``model``'s inputs
   (``name`` for messages): images through its image preprocessor, (B, 3, H, W) or
   ``NaflexInputs``; audio, for a CLAP model, resampled to its feature extractor's rate (the
-  checkpoint's ``preprocessor_config.json``, ``convert.clap.extractor_for``) and extracted to
-  input_features (B, C, T, F) (clips longer than its window cropped as its ``truncation`` says,
-  the crops drawn from ``RandomState(0)`` per batch: a run is deterministic). ValueError for a
-  model without a preprocessor or a fused CLAP model (its tower also needs ``is_longer``,
-  which a study's inputs do not carry)."""
+  checkpoint's ``preprocessor_config.json``, ``convert.clap.extractor_for``) and extracted
+  (clips longer than its window cropped as its ``truncation`` says, the crops, and a fused
+  extractor's ``is_longer`` pick in a batch where no clip is longer, drawn from
+  ``RandomState(0)`` per batch: a run is deterministic): an unfused model's input_features
+  (B, 1, T, F), a fused model's ``FusedAudioInputs`` (input_features (B, 4, T, F) and
+  is_longer (B,), which its fusion branch reads). ValueError for a model without a
+  preprocessor, or an extractor whose features the model's audio tower cannot take
+  (``audio_features.check_compatible``: mel bins, channels, frames)."""
   if not is_audio_model(model):
     if model.preprocessor is None:
       raise ValueError(f"model {name!r} has no image preprocessor (preprocessor_config.json)")
     return {"preprocess": model.preprocessor}
   from platonic_jax.convert.clap import extractor_for
-  if model.module.spec.audio.enable_fusion:
-    raise ValueError(f"model {name!r} is a fused CLAP model: its audio tower also needs "
-                     "is_longer, which a study's audio inputs do not carry; use an unfused "
-                     "checkpoint")
+  from platonic_jax.models import audio_features
   extractor = extractor_for(model)
+  try:
+    audio_features.check_compatible(extractor, model.module.spec.audio)
+  except ValueError as e:
+    raise ValueError(f"model {name!r}: its feature extractor cannot feed its audio tower: "
+                     f"{e}") from None
+  fused = bool(model.module.spec.audio.enable_fusion)
 
   def features(waves, rate):
-    return extractor(waves, rate, rng=np.random.RandomState(0)).input_features
+    out = extractor(waves, rate, rng=np.random.RandomState(0))
+    return FusedAudioInputs.from_features(out) if fused else out.input_features
   return {"preprocess": features, "sampling_rate": int(extractor.sampling_rate)}
 
 
@@ -139,7 +151,8 @@ def model_inputs(model, name: str, images, batch_size: int = BATCH):
   (``loader_inputs``: an image preprocessor, or a CLAP model's feature extractor; every example
   must decode), a list of PIL images through the model's image preprocessor. Returns
   ``(n, 3, H, W)`` float32 (or audio features), or ``NaflexInputs`` as the preprocessor gives
-  them. ValueError naming the split or the model when it cannot."""
+  them, or for a fused CLAP model ``FusedAudioInputs``. ValueError naming the split or the model
+  when it cannot."""
   if is_split(images):
     from platonic_jax.data import loaders
     arrays = loaders.load_arrays(images, batch_size=batch_size, **loader_inputs(model, name))
@@ -153,14 +166,14 @@ def model_inputs(model, name: str, images, batch_size: int = BATCH):
       raise ValueError(f"model {name!r} has no image preprocessor (preprocessor_config.json); "
                        "pass preprocessed images")
     x = model.preprocessor(list(images))
-  return x if isinstance(x, NaflexInputs) else np.asarray(x, np.float32)
+  return x if is_structured(x) else np.asarray(x, np.float32)
 
 
 def embed_unique(model, arrays: Sequence[Any]) -> list[np.ndarray]:
   """Normalised embeddings of each image array (n_i, 3, H, W) (or ``NaflexInputs`` of n_i
-  images, for a SigLIP2 NaFlex model; audio features (n_i, 1, T, F) for a CLAP model,
-  ``embed_inputs``); arrays shared between tasks (the same object) are embedded once, and all
-  distinct ones in a single run."""
+  images, for a SigLIP2 NaFlex model; audio features (n_i, 1, T, F) for a CLAP model, or
+  ``FusedAudioInputs`` of n_i clips for a fused one, ``embed_inputs``); arrays shared between
+  tasks (the same object) are embedded once, and all distinct ones in a single run."""
   distinct = {}
   for a in arrays:
     distinct.setdefault(id(a), a)
@@ -168,6 +181,8 @@ def embed_unique(model, arrays: Sequence[Any]) -> list[np.ndarray]:
   parts = [distinct[k] for k in keys]
   if any(isinstance(p, NaflexInputs) for p in parts):
     joined = NaflexInputs.concatenate(parts)  # TypeError naming a part that is not
+  elif any(isinstance(p, FusedAudioInputs) for p in parts):
+    joined = FusedAudioInputs.concatenate(parts)  # TypeError naming a part that is not
   else:
     joined = np.concatenate(parts)
   Z = embed_inputs(model, joined)

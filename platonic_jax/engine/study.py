@@ -34,6 +34,7 @@ from platonic_jax.engine.filehash import FileHashes
 from platonic_jax.engine.inputs import (HeadFeatures, TaskEmbeddings, embed_inputs, embed_unique,
                                         is_pixels, is_split, loader_inputs, model_inputs,
                                         split_content)
+from platonic_jax.models.audio_features import FusedAudioInputs
 from platonic_jax.models.preprocess import NaflexInputs
 
 # How random-UTD controls are seeded (``Study(random_draws=...)``).
@@ -166,8 +167,10 @@ class Study:
     self.tasks[task.name] = task
 
   def array_hash(self, images) -> str:
-    """Content hash of an image array, ``NaflexInputs`` (its three arrays), loader split (the
-    bytes of its examples' files, ``inputs.split_content``) or list (memoised per object)."""
+    """Content hash of an image array, ``NaflexInputs`` (its three arrays), ``FusedAudioInputs``
+    (its features and is_longer: the same features flagged otherwise embed otherwise), loader
+    split (the bytes of its examples' files, ``inputs.split_content``) or list (memoised per
+    object)."""
     hit = self._hashes.get(id(images))
     if hit is not None and hit[0] is images:
       return hit[1]
@@ -176,6 +179,9 @@ class Study:
     elif isinstance(images, NaflexInputs):
       h = content_hash("naflex/1", *(np.asarray(getattr(images, f.name))
                                      for f in dataclasses.fields(NaflexInputs)))
+    elif isinstance(images, FusedAudioInputs):
+      h = content_hash("fusedaudio/1", np.asarray(images.input_features),
+                       np.asarray(images.is_longer, bool))
     elif is_split(images):
       h = content_hash(*split_content(images, self.file_hashes))
     else:
@@ -195,7 +201,8 @@ class Study:
 
   def pixels(self, m: str, images):
     """The preprocessed inputs of model ``m``: ``(n, 3, H, W)`` float32, or ``NaflexInputs``
-    for a SigLIP2 NaFlex model (what its preprocessor returns). Preprocessed inputs pass
+    for a SigLIP2 NaFlex model (what its preprocessor returns); a CLAP model's audio features,
+    ``FusedAudioInputs`` for a fused one (``inputs.loader_inputs``). Preprocessed inputs pass
     through; raw images (a loader split, a list) go through the model's preprocessor once per
     model and object."""
     if is_pixels(images):

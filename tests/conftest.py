@@ -71,7 +71,8 @@ SLOW = SLOW_FIRST + (
     "tests/models/test_siglip_parity.py", "tests/data/test_audioworld.py",
     "tests/experiments/test_real_path.py", "tests/experiments/test_suite_engine.py",
     "tests/experiments/test_cli.py", "tests/parallel/test_suite_partition.py",
-    "tests/test_api.py", "tests/experiments/test_main_job_cells.py")
+    "tests/test_api.py", "tests/experiments/test_main_job_cells.py",
+    "tests/engine/test_fused_audio.py")
 
 
 def pytest_configure(config):

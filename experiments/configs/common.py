@@ -8,11 +8,13 @@ builds on ``schema`` with its own world variants and adds the fields only it rea
   "toy": the full toy world (``experiments/configs/toy_world.py``), all four families.
   "micro": the micro toy world with tiny step counts and one target, the world's first family
     (what the tests run).
-  "audio": the paper's audio-text setting (Tables 4, 26, 27): unfused CLAP checkpoints
-    (``AUDIO_MODELS``), ESC-50 and GTZAN composed or negated, UrbanSound8K the control, read
-    from ``--config.data.root`` (wav folders or the hub's parquet layout; each clip resampled and
-    extracted by the model's own feature extractor, ``platonic_jax.engine.loader_inputs``); a
-    cross-model addition composes two distinct sources onto a third.
+  "audio": the paper's audio-text setting (Tables 4, 26, 27): the paper's four CLAP
+    checkpoints (``AUDIO_MODELS``: three unfused, one fused), ESC-50 and GTZAN composed or
+    negated, UrbanSound8K the control, read from ``--config.data.root`` (wav folders or the hub's
+    parquet layout; each clip resampled and extracted by the model's own feature extractor,
+    ``platonic_jax.engine.loader_inputs``: a fused model's inputs carry ``is_longer``); a
+    cross-model addition composes two distinct sources onto a third (4 targets x 6 ordered
+    pairs of the other three: Table 26's 24 cells).
 
 Fields:
   experiment: which ``experiments.tables`` module runs (the launcher dispatches on it; "main":
@@ -84,10 +86,12 @@ MODELS = {
 ABSORBING = ("clip-l", "openclip-l", "metaclip-l", "eva-clip-l")
 TASKS = ("eurosat", "dtd", "cars", "gtsrb", "mnist", "resisc45", "svhn", "sun397")
 CONTROLS = ("cifar100", "imagenet")
-# The audio-text setting (paper Tables 4, 26, 27): CLAP checkpoints whose audio towers take
-# unfused inputs (a fused tower also reads is_longer, which a study's inputs do not carry).
+# The audio-text setting (paper Tables 4, 26, 27): the paper's four CLAP checkpoints, three
+# with unfused audio towers (input_features (B, 1, T, F)) and one fused (input_features
+# (B, 4, T, F) with is_longer (B,), carried as FusedAudioInputs through the engine).
 AUDIO_MODELS = {
     "clap-unfused": "laion/clap-htsat-unfused",
+    "clap-fused": "laion/clap-htsat-fused",
     "clap-large": "laion/larger_clap_general",
     "clap-large-ms": "laion/larger_clap_music_and_speech",
 }

@@ -30,15 +30,18 @@ own: a rerun, or a suite table on the same cells, loads them) and ``compilation_
 Fields:
   seed: seeds the world, the fine-tunes, the selection folds, the random-UTD draws and the
     adapter cells (``--config.seed=N`` sets all of them; ``data.world.seed`` follows it).
-  source: the labeled rank-4 source fine-tunes (steps, lr, batch). 800 steps at batch 32 and
-    lr 2e-2 train them close to convergence: the fewest steps within a point of 1200's mean
-    ceiling on the look-alike world, the highest ceiling on the current one
-    (docs/results/lookalike_world.md, docs/results/source_steps_and_keep.md).
+  source: the labeled rank-4 source fine-tunes (steps, lr, batch). 1600 steps at lr 2e-2 (batch
+    32): chosen on development world 100 by ``experiments.studies.source_holdout`` on the
+    sources' own held-out training rows under rules written before the runs (the smallest step
+    count within 1 point of the best mean: 1600, 69.9 %, against 800's 68.5 %; lr 2e-2 kept,
+    1e-2 reading 0.7 points more, not the rule's 1; docs/results/development_worlds.md). No
+    test split, transfer or target entered the choice.
   include_ceiling: the selection's rank grid also holds the ceiling min(C-1, d) when it is not
-    a power of two (``select.default_ranks``). On: with 3-10 classes the powers of two alone
-    never try the full rank of a 4-class task (only rank 2) and stop at 4 for 6-8 classes,
-    while the class pair a task's fine-tune separates often lies along the smallest singular
-    direction of the centred head.
+    a power of two (``select.default_ranks``). Off (METHOD's grid): re-checked on development
+    world 100 under a rule written before the run, METHOD's grid scored higher (J 9.2 against
+    5.6 with the ceiling; docs/results/development_worlds.md). The micro variants keep it on:
+    the suite's recorded reference of the micro main job (tests/experiments/golden) was made
+    with it, and the micro worlds are never reported.
   selection_rule: how the selection picks (rank, ridge) from its held-out error table: "min"
     (METHOD: the smallest mean error) or "1se" (the one-standard-error rule of cross-validation:
     the smallest rank cap, then the largest ridge, within one standard error of the smallest;
@@ -133,9 +136,8 @@ def _image_config(arg: str | None) -> ml_collections.ConfigDict:
   world = toy_world.get_config({"default": "samearch", "micro": "micro-samearch"}.get(
       variant, variant))
   c = common.schema("main", variant, world)
-  c.source.update(steps=800, lr=2e-2, batch=32)
-  common.method_options(c, calibrate=True, include_ceiling=True, random_draws="run",
-                        workers=2)
+  c.source.update(steps=1600, lr=2e-2, batch=32)
+  common.method_options(c, calibrate=True, random_draws="run", workers=2)
   c.distinct_sources = False
   c.adapter.update(steps=300, lr=1e-2, batch=32, keep=0.1)
   c.negation_strengths = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0]
@@ -145,6 +147,7 @@ def _image_config(arg: str | None) -> ml_collections.ConfigDict:
       per_class=1, vote="mean", center=False, batch=64, adapter_cells=2))
   if variant in ("micro", "micro-samearch"):
     c.source.steps = 60
+    c.include_ceiling = True  # the suite's recorded reference (tests/experiments/golden)
     c.adapter.update(steps=40, lr=2e-2, cells=2)
     c.negation_strengths = [0.0, 1.0, 2.0]
     c.data.tasks = ("shape", "color", "position")

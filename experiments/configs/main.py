@@ -50,8 +50,9 @@ Fields:
   calibrate: re-express a source's descriptor in the target's cosine units before solving
     (``platonic_jax.core.analysis.calibration_factor``: ratio of the two models' affinity
     spreads on the grid; same-model cells are unchanged). Not in METHOD's definition, hence an
-    option; on by default because models of different families spread their cosines
-    differently (docs/results/calibration.md).
+    option; on: first adopted on evaluation rows (docs/results/calibration.md), then
+    re-checked on development world 100 under a rule written before the run (J 5.6 on against
+    -4.8 off; docs/results/development_worlds.md).
   adapter: the adapter realization (rank 16, steps, lr, batch, keep). It fits each term's
     probes. cells: how many addition and how many negation cells it runs on, in all (a seeded
     subset that the output names; ``main_job.choose_adapter_cells``, not the suite's count per
@@ -65,11 +66,15 @@ Fields:
     docs/results/main_job.md, and docs/results/lookalike_world.md for the look-alike world's
     pick).
     keep: the weight of the adapter's off-span penalty (``platonic_jax.core.adapter``; not in
-    METHOD, hence an option; 0 is METHOD's loss). On because METHOD's loss leaves every
-    direction outside the grid's class span free and the LoRA moves them, which the controls
-    read (docs/results/source_steps_and_keep.md, docs/results/lookalike_world.md).
-  distinct_sources: off: a cross-model cell of the main job draws both terms from one other
-    family (``main_job.main_cells``).
+    METHOD, hence an option; 0 is METHOD's loss). METHOD's loss leaves every direction
+    outside the grid's class span free and the LoRA moves them, which the controls read. 0.1:
+    first adopted on evaluation rows (docs/results/source_steps_and_keep.md), then re-checked
+    on development world 100 under a rule written before the run (J 12.2 at 0.1, 12.1 at 1,
+    -57.4 at 0; docs/results/development_worlds.md).
+  distinct_sources: read on the audio world only: the image main job's grid holds both the
+    cross-model cells with one other family for both terms (Table 3's single-source regime)
+    and, with three families or more, the cells of two distinct other families (Table 1's;
+    ``main_job.main_cells``), from which the adapter's cross-model cells are drawn.
   negation_strengths: the strengths of Figure 2's curve (a non-empty list of finite numbers
     >= 0).
   workers: source fine-tunes run at once, in threads (``Study.sources``): the

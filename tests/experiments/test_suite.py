@@ -70,12 +70,14 @@ def test_config_runs_end_to_end(name, experiment, title, micro, suite_dir):
   assert saved["config"]["experiment"] == experiment
   # the suite's studies solve METHOD's descriptors with METHOD's selection; the adapter's keep
   # is the config's; SigLIP targets take the head edit (METHOD's route)
+  from platonic_jax.core import options
   method = saved["method"]
   keep = float(config.adapter.keep) if "adapter" in config else 0.0
   assert method["calibrate"]["value"] is False and method["selection_rule"]["value"] == "min"
   assert method["adapter.keep"]["value"] == keep
   assert method["residual_head_route"] == {"value": "head_edit", "method": "head_edit",
-                                           "is_method": True}
+                                           "is_method": True, "chosen": "METHOD"}
+  assert all(v["chosen"].startswith(options.HOW) for k, v in method.items() if k != "departures")
   assert method["departures"] == (["adapter.keep"] if keep else [])
   assert ("**Departures from METHOD**: " + ("adapter.keep" if keep else "none")) in md
   # A rerun finds every cell finished: nothing computed, nothing embedded, the same records.

@@ -52,6 +52,8 @@ from typing import Any, Mapping, Sequence
 import jax
 import numpy as np
 
+from platonic_jax.models.preprocess import batch_rows
+
 PREPROCESSOR_CONFIG = "preprocessor_config.json"
 PROCESSOR_CONFIG = "processor_config.json"  # transformers 5's ClapProcessor.save_pretrained
 EXTRACTOR_KEYS = ("feature_extractor", "audio_processor")  # the extractor's entry in it
@@ -183,16 +185,7 @@ class FusedAudioInputs:
     """The clips ``rows`` of both fields, kept as ``FusedAudioInputs``: a slice, a 1-D integer
     index array ``(k,)`` or a boolean mask ``(n,)`` (numpy indexing; an int ``i`` is ``[i]``,
     so the batch axis stays)."""
-    if isinstance(rows, (int, np.integer)):
-      rows = [int(rows)]
-    if not isinstance(rows, slice):
-      rows = np.asarray(rows)
-      if rows.ndim != 1 or not (np.issubdtype(rows.dtype, np.integer)
-                                or rows.dtype == np.bool_ or rows.size == 0):
-        raise TypeError(f"FusedAudioInputs rows must be a slice, a 1-D integer array or a "
-                        f"boolean mask, got {rows.dtype} of shape {rows.shape}")
-      if rows.size == 0:
-        rows = rows.astype(np.int64)
+    rows = batch_rows(rows, "FusedAudioInputs")
     return FusedAudioInputs(self.input_features[rows], self.is_longer[rows])
 
   def check(self, what: str = "fused audio inputs") -> "FusedAudioInputs":

@@ -160,6 +160,22 @@ def is_naflex_config(d: Mapping[str, Any]) -> bool:
   return d.get("image_processor_type") in NAFLEX_PROCESSOR_TYPES or "max_num_patches" in d
 
 
+def batch_rows(rows, kind: str):
+  """``rows`` as a numpy index that keeps the batch axis of a batch container (``kind`` names
+  it in the error): a slice as is, an int ``i`` as ``[i]``, a 1-D integer array ``(k,)`` or a
+  boolean mask ``(n,)`` (an empty list as an empty integer array); TypeError otherwise."""
+  if isinstance(rows, (int, np.integer)):
+    rows = [int(rows)]
+  if isinstance(rows, slice):
+    return rows
+  rows = np.asarray(rows)
+  if rows.ndim != 1 or not (np.issubdtype(rows.dtype, np.integer)
+                            or rows.dtype == np.bool_ or rows.size == 0):
+    raise TypeError(f"{kind} rows must be a slice, a 1-D integer array or a boolean mask, got "
+                    f"{rows.dtype} of shape {rows.shape}")
+  return rows.astype(np.int64) if rows.size == 0 else rows
+
+
 @dataclasses.dataclass(frozen=True)
 class NaflexInputs:
   """What a NaFlex vision tower takes for ``n`` images padded to ``N`` patches.
@@ -180,16 +196,7 @@ class NaflexInputs:
     """The images ``rows`` of every field, kept as ``NaflexInputs``: a slice, a 1-D integer
     index array ``(k,)`` or a boolean mask ``(n,)`` (numpy indexing; an int ``i`` is ``[i]``,
     so the batch axis stays)."""
-    if isinstance(rows, (int, np.integer)):
-      rows = [int(rows)]
-    if not isinstance(rows, slice):
-      rows = np.asarray(rows)
-      if rows.ndim != 1 or not (np.issubdtype(rows.dtype, np.integer)
-                                or rows.dtype == np.bool_ or rows.size == 0):
-        raise TypeError(f"NaflexInputs rows must be a slice, a 1-D integer array or a boolean "
-                        f"mask, got {rows.dtype} of shape {rows.shape}")
-      if rows.size == 0:
-        rows = rows.astype(np.int64)
+    rows = batch_rows(rows, "NaflexInputs")
     return NaflexInputs(*(getattr(self, f.name)[rows] for f in dataclasses.fields(self)))
 
   @staticmethod

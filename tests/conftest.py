@@ -72,7 +72,7 @@ SLOW = SLOW_FIRST + (
     "tests/experiments/test_real_path.py", "tests/experiments/test_suite_engine.py",
     "tests/experiments/test_cli.py", "tests/parallel/test_suite_partition.py",
     "tests/test_api.py", "tests/experiments/test_main_job_cells.py",
-    "tests/engine/test_fused_audio.py")
+    "tests/engine/test_fused_audio.py", "tests/core/test_pretrain_loop.py")
 
 
 def pytest_configure(config):

@@ -292,14 +292,14 @@ def test_world_key_is_the_same_for_a_config_and_its_plain_dict_and_refuses_unkno
   assert not (tmp_path / "cache").exists()  # refused before anything was built
 
 
-def test_pretrain_leaves_its_input_module_usable_and_unchanged(micro):
-  """Checked on every pretraining of the micro world's cold build (``micro`` records each
+def test_pretrain_leaves_its_input_module_usable_and_unchanged(cold):
+  """Checked on every pretraining of the micro world's cold build (``cold`` records each
   call's input module and its parameters before the call): the step donates copies."""
   import dataclasses
 
   import jax
   from flax import nnx
-  config, _, _, runs = micro
+  config, _, _, runs = cold
   assert sorted(runs) == sorted(config.families.keys())
   for name, run in runs.items():
     module, trained, history, cfg = run["module"], run["trained"], run["history"], run["cfg"]
@@ -402,9 +402,14 @@ def test_identical_captions_are_positives_of_each_other():
 # ---- the micro world: pretraining, cache, zero-shot --------------------------------------------
 
 @pytest.fixture(scope="module")
-def micro(tmp_path_factory):
+def cold(tmp_path_factory):
+  """A cold build of the micro world's families with a few steps each (a cache of its own):
+  (config, world, the families ``pretrain`` was called for in order, {name: that call's input
+  module, its parameters before, the trained module, history, config})."""
   config = toy_world.get_config("micro")
   config.cache_dir = str(tmp_path_factory.mktemp("cache"))
+  config.pretrain.steps, config.pretrain.warmup_steps, config.pretrain.log_every = 3, 1, 2
+  config.families["siglip-b"].steps = 5
   calls, runs = [], {}
   real = pretrain_lib.pretrain
   def counting(module, batches, cfg, **kwargs):
@@ -424,8 +429,17 @@ def micro(tmp_path_factory):
   return config, world, calls, runs
 
 
-def test_micro_world_builds_pretrained_models(micro):
-  config, world, calls, _ = micro
+@pytest.fixture(scope="module")
+def micro(micro_world_cache):
+  """The micro world as the session pretrained it (tests/conftest.py), loaded from its cache:
+  (config, world)."""
+  config = toy_world.get_config("micro")
+  config.cache_dir = micro_world_cache
+  return config, worlds.build_world(config, log=None)
+
+
+def test_a_cold_build_pretrains_each_family_once_and_caches_it(cold):
+  config, world, calls, runs = cold
   assert calls == sorted(config.families.keys())
   assert set(world.models) == set(config.families.keys())
   assert world.downstream == tasks_lib.DOWNSTREAM and world.controls == tasks_lib.CONTROLS
@@ -434,8 +448,7 @@ def test_micro_world_builds_pretrained_models(micro):
     assert not info["cached"] and model.name == name
     assert os.path.isfile(os.path.join(info["cache_dir"], "meta.json"))
     with open(os.path.join(info["cache_dir"], "meta.json")) as f:
-      losses = [l for _, l in json.load(f)["loss"]]
-    assert losses[-1] < losses[0] - 0.5  # the contrastive loss went down
+      assert json.load(f)["loss"] == [list(e) for e in runs[name]["history"]["loss"]]
     assert model.tokenizer.eos_token_id == model.config["text_config"]["eos_token_id"] == tok.EOS_ID
     assert train.embedding_width(model) == config.families[name].projection_dim
   dims = {train.embedding_width(m) for m in world.models.values()}
@@ -445,8 +458,18 @@ def test_micro_world_builds_pretrained_models(micro):
   assert not [d for d in os.listdir(root) if d.startswith(".tmp")]
 
 
+def test_micro_world_families_learned(micro):
+  """The session's micro world (pretrained cold as this file's ``cold`` build, at its full
+  steps): each family's contrastive loss went down."""
+  config, world = micro
+  for name in config.families.keys():
+    with open(os.path.join(world.pretrain_info[name]["cache_dir"], "meta.json")) as f:
+      losses = [l for _, l in json.load(f)["loss"]]
+    assert losses[-1] < losses[0] - 0.5, name  # the contrastive loss went down
+
+
 def test_micro_world_has_a_siglip_family_trained_with_the_sigmoid_loss(micro):
-  config, world, _, _ = micro
+  config, world = micro
   model = world.models["siglip-b"]
   assert model.family.name == "siglip" and model.config["model_type"] == "siglip"
   assert world.models["clip-a"].family.name == "clip"
@@ -469,7 +492,7 @@ def test_micro_world_has_a_siglip_family_trained_with_the_sigmoid_loss(micro):
 
 
 def test_micro_models_beat_chance_zero_shot(micro):
-  _, world, _, _ = micro
+  _, world = micro
   from platonic_jax import embed
   test_x = world.tasks["shape"].test[0]
   tasks = list(world.tasks.values())
@@ -486,7 +509,7 @@ def test_micro_models_beat_chance_zero_shot(micro):
 
 
 def test_cached_rebuild_does_not_retrain_and_gives_identical_models(micro, monkeypatch):
-  config, world, _, _ = micro
+  config, world = micro
   def refuse(*args, **kwargs):
     raise AssertionError("a cached family was retrained")
   monkeypatch.setattr(pretrain_lib, "pretrain", refuse)
@@ -520,7 +543,7 @@ def test_cached_rebuild_does_not_retrain_and_gives_identical_models(micro, monke
 def test_micro_model_exports_to_hugging_face_layout_and_loads_back(micro, tmp_path):
   from platonic_jax.convert.hf import export_hf, load_model
   from transformers import CLIPConfig
-  _, world, _, _ = micro
+  _, world = micro
   model = world.models["clip-a"]
   out = export_hf(model, str(tmp_path / "clip-a"))
   hf = CLIPConfig.from_pretrained(out)
@@ -536,7 +559,7 @@ def test_micro_model_exports_to_hugging_face_layout_and_loads_back(micro, tmp_pa
 def test_micro_siglip_family_exports_to_hugging_face_layout_and_loads_back(micro, tmp_path):
   from platonic_jax.convert.hf import export_hf, load_model
   from transformers import SiglipConfig
-  _, world, _, _ = micro
+  _, world = micro
   model = world.models["siglip-b"]
   out = export_hf(model, str(tmp_path / "siglip-b"))
   assert SiglipConfig.from_pretrained(out).vision_config.image_size == 32
@@ -549,7 +572,7 @@ def test_micro_siglip_family_exports_to_hugging_face_layout_and_loads_back(micro
 def test_linear_probe_features_on_clip_and_siglip_families(micro):
   """The probe reads the features before the edit point where a family has them (CLIP: the
   vision width, projected to the embedding), and a SigLIP family's embedding otherwise."""
-  config, world, _, _ = micro
+  config, world = micro
   task = world.tasks["color"]
   x = task.train[0][:200]
   for name, model in world.models.items():

@@ -60,5 +60,8 @@ def test_blocks_of_steps_train_what_one_step_at_a_time_trains():
 
 def test_batches_running_out_inside_a_block_is_a_clear_error():
   module, batches, cfg = _micro(7)
+  # the second block of three finds two batches: refused before that block is dispatched
   with pytest.raises(ValueError, match="batches ran out after 5 of 7 steps"):
     pretrain_lib.pretrain(module, iter(batches[:5]), cfg, steps_per_call=3)
+  with pytest.raises(ValueError, match="batches ran out after 0 of 7 steps"):
+    pretrain_lib.pretrain(module, iter([]), cfg)

@@ -414,7 +414,7 @@ def load_task(name: str, root: str | None = None, *, n_probes: int = 500, seed: 
   ``probes`` are the ``n_probes`` train rows ``probe_ids`` (unlabeled: only their images are
   ever read).
 
-  root: the data root holding ``<root>/<task>`` (default ``$PLATONIC_JAX_DATA``; BUILD.md
+  root: the data root holding ``<root>/<task>`` (default ``$PLATONIC_JAX_DATA``; docs/datasets.md
   tells how to prepare each task). max_train / max_test > 0 keep a seeded subset of the train
   split (what a source fine-tune reads; the probes are drawn from the whole split first) / of
   the test split. Raises ``DatasetNotFoundError`` (a FileNotFoundError) naming the directory

@@ -10,13 +10,11 @@ caches key them by is_longer too; inputs of the wrong kind are refused naming th
 config's audio models are the paper's four checkpoints.
 """
 
-import io
 import json
 import os
 import re
 import shutil
 import warnings
-import wave
 
 import numpy as np
 import pytest
@@ -24,6 +22,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from platonic_jax.models.audio_features import FusedAudioInputs
+from tests.helpers.audio_fixtures import randomise_clap, wav_bytes
 
 RATE, MODEL_RATE = 8000, 4000  # the clips' rate, the extractor's
 WINDOW = MODEL_RATE  # max_length_s=1: samples of the extractor's window at its rate
@@ -37,32 +36,13 @@ EXTRACTOR = dict(feature_size=64, sampling_rate=MODEL_RATE, hop_length=80, max_l
                  truncation="fusion", padding="repeatpad")
 
 
-def _wav(x, rate):
-  buf = io.BytesIO()
-  with wave.open(buf, "wb") as w:
-    w.setnchannels(1)
-    w.setsampwidth(2)
-    w.setframerate(rate)
-    w.writeframes(np.round(x * 32767).astype("<i2").tobytes())
-  return buf.getvalue()
-
-
 def _hf_clap(audio, seed):
   """A random transformers ClapModel (eval mode) with random norms, biases and mel batch-norm
   statistics of dB-like scale, so every parameter matters."""
   from transformers import ClapConfig, ClapModel
   torch.manual_seed(seed)
   model = ClapModel(ClapConfig(text_config=TEXT, audio_config=audio, projection_dim=10)).eval()
-  with torch.no_grad():
-    for n, p in model.named_parameters():
-      if "norm" in n.lower() or n.endswith("bias") or n.endswith("bias_table"):
-        p.add_(0.1 * torch.randn_like(p))
-    for n, b in model.named_buffers():
-      mel = n.startswith("audio_model.audio_encoder.batch_norm")
-      if n.endswith("running_mean"):
-        b.copy_(-40 + 5 * torch.randn_like(b) if mel else 0.3 * torch.randn_like(b))
-      elif n.endswith("running_var"):
-        b.copy_(100 + 300 * torch.rand_like(b) if mel else 0.5 + torch.rand_like(b))
+  randomise_clap(model, torch)
   return model
 
 
@@ -107,7 +87,7 @@ def fused(tmp_path_factory):
         seconds = rng.uniform(0.4, 0.9) if k % 2 else rng.uniform(1.15, 1.8)
         n = int(seconds * RATE)
         x = 0.4 * np.sin(np.arange(n) * rng.uniform(0.02, 0.3)) * np.exp(-np.arange(n) / n)
-        (d / f"{i}.wav").write_bytes(_wav(x.astype(np.float32), RATE))
+        (d / f"{i}.wav").write_bytes(wav_bytes(x.astype(np.float32), RATE))
         k += 1
   return str(ckpt), ref, str(root / "data"), root
 

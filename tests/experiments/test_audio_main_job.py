@@ -13,6 +13,7 @@ import pytest
 
 from experiments.configs import main as main_config
 from experiments.tables import main_check, main_job
+from tests.helpers.audio_fixtures import wav_bytes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXPORTS = ("clap-a<-clap-b:envelope+count", "clap-b<-clap-a:-count")
@@ -170,18 +171,6 @@ def test_exported_cells_load_in_transformers_and_score_as_the_cells(run, world):
 
 # ---- real audio tasks (ESC-50, GTZAN, UrbanSound8K) through the same study ---------------------
 
-def _wav(x, rate):
-  import io
-  import wave
-  buf = io.BytesIO()
-  with wave.open(buf, "wb") as w:
-    w.setnchannels(1)
-    w.setsampwidth(2)
-    w.setframerate(rate)
-    w.writeframes(np.round(x * 32767).astype("<i2").tobytes())
-  return buf.getvalue()
-
-
 def _prompt_tokenizer(model, spec, ckpt):
   """A word tokenizer over the task's prompt words (within the micro tower's vocabulary), saved
   into the checkpoint directory ``ckpt`` (the world's own tokenizer knows its captions' words)."""
@@ -227,7 +216,7 @@ def test_real_audio_tasks_embed_through_each_models_extractor(world, tmp_path):
       for k in range(per_class):
         n = int(rng.integers(8000, 16000))  # 0.5 - 1 s: repeat-padded, never cropped
         x = (0.4 * np.sin(np.arange(n) * rng.uniform(0.02, 0.3))).astype(np.float32)
-        (d / f"{k}.wav").write_bytes(_wav(x, 16000))
+        (d / f"{k}.wav").write_bytes(wav_bytes(x, 16000))
         waves[(split, c, k)], rate = loaders.decode_audio(str(d / f"{k}.wav"), "fixture")
         assert rate == 16000 and np.abs(waves[(split, c, k)] - x).max() < 1e-4
   study = _audio_study(tmp_path, {"clap-a": ckpt})

@@ -19,6 +19,7 @@ from platonic_jax.core import fold as fold_lib, lora
 from platonic_jax.convert import registry
 from platonic_jax.models import clap, layers
 from platonic_jax.models.audio_features import AudioFeatureExtractor
+from tests.helpers.audio_fixtures import randomise_clap
 
 # unfused: freq_ratio 3 (16 mel bins folded into a 48x48 image), a 12x12 patch grid, window 4:
 #   stage 0 shifted windows with the wrap-around mask, stage 1 (6x6) padded to 8x8 and shifted.
@@ -61,18 +62,12 @@ def hf_clap(name: str, seed: int = 0):
                    projection_dim=spec["projection_dim"],
                    projection_hidden_act=spec["projection_hidden_act"])
   model = ClapModel(cfg).eval()
+  randomise_clap(model, torch)
   with torch.no_grad():
-    for n, p in model.named_parameters():
-      if "norm" in n.lower() or n.endswith("bias") or n.endswith("bias_table"):
-        p.add_(0.1 * torch.randn_like(p))
     for n, b in model.named_buffers():
-      mel = n.startswith("audio_model.audio_encoder.batch_norm")
-      if n.endswith("running_mean"):
-        b.copy_(-40 + 5 * torch.randn_like(b) if mel else 0.3 * torch.randn_like(b))
-      elif n.endswith("running_var"):
-        b.copy_(100 + 300 * torch.rand_like(b) if mel else 0.5 + torch.rand_like(b))
-      elif n.endswith("num_batches_tracked"):
-        b.fill_(BIG_COUNT if mel else 1000 + len(n))
+      if n.endswith("num_batches_tracked"):
+        b.fill_(BIG_COUNT if n.startswith("audio_model.audio_encoder.batch_norm")
+                else 1000 + len(n))
     model.logit_scale_a.fill_(2.5)
     model.logit_scale_t.fill_(3.1)
   return model

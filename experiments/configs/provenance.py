@@ -90,10 +90,10 @@ def of(cfg: Mapping[str, Any]) -> dict[str, str]:
   missing = object()
   out = {}
   for name, ref in options.SETTINGS.items():
-    value = options._get(cfg, name, missing)
+    value = options.setting(cfg, name, missing)
     if value is missing:
       continue
-    default = options._get(defaults, name, missing) if defaults is not None else value
+    default = options.setting(defaults, name, missing) if defaults is not None else value
     if default is not missing and value != default:
       base = "METHOD" if ref is not None and default == ref else table.get(name, "unrecorded")
       out[name] = f"this run's config: {value!r} (the default {default!r}: {base})"

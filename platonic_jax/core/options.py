@@ -65,7 +65,9 @@ HOW = ("METHOD", "paper: ", "label-free: ", "development worlds: ", "stated reas
 DEFAULTS = dict(METHOD)
 
 
-def _get(cfg: Mapping[str, Any], dotted: str, default):
+def setting(cfg: Mapping[str, Any], dotted: str, default):
+  """The config's value at the dotted path ``dotted`` (e.g. "adapter.keep"), or ``default``
+  where the path is missing."""
   node = cfg
   for part in dotted.split("."):
     try:
@@ -93,7 +95,7 @@ def method_block(cfg: Mapping[str, Any], fixed: Mapping[str, Any] | None = None,
     raise ValueError(f"unknown method options {unknown}; known: {sorted(METHOD)}")
   out: dict = {}
   for name, ref in METHOD.items():
-    value = fixed[name] if name in fixed else _get(cfg, name, DEFAULTS[name])
+    value = fixed[name] if name in fixed else setting(cfg, name, DEFAULTS[name])
     if isinstance(ref, bool):
       value = bool(value)
     elif isinstance(ref, float):
@@ -104,7 +106,7 @@ def method_block(cfg: Mapping[str, Any], fixed: Mapping[str, Any] | None = None,
     return out
   missing = object()
   for name, ref in SETTINGS.items():
-    value = out[name]["value"] if name in METHOD else _get(cfg, name, missing)
+    value = out[name]["value"] if name in METHOD else setting(cfg, name, missing)
     if value is missing:
       continue
     entry = out.setdefault(name, {"value": value, "method": ref,

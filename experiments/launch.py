@@ -173,7 +173,8 @@ def build_world(cfg, log: Callable[[str], None] | None = None):
   ``cfg.data.families`` when it names some; ``log`` gets its progress lines, indented."""
   from platonic_jax import worlds
   return worlds.build_world(cfg.data.world, log=None if log is None else (lambda s: log("  " + s)),
-                            families=tuple(cfg.data.families) or None)
+                            families=tuple(cfg.data.families) or None,
+                            workers=int(cfg.get("workers", 1)))
 
 
 def prepare(cfg, who: str, log: Callable[[str], None]):

@@ -42,7 +42,8 @@ Fields:
     "embedding_operator" (the reference, ``W`` applied outside the model). Affine families fold
     the operator into their last projection either way (``platonic_jax.core.routes``).
   random_draws: how random-UTD controls are seeded ("cell": by (target, task, source); "run":
-    the main job's key chain, ``platonic_jax.engine.Study``). workers: source fine-tunes at once.
+    the main job's key chain, ``platonic_jax.engine.Study``). workers: source fine-tunes (and the
+    world's families, pretrained) at once.
   cache_dir: embeddings, sources and the operator bank ("" -> $PLATONIC_JAX_CACHE/experiments
     or ~/.cache/platonic_jax/experiments); shared by all experiments, content-keyed.
   compilation_cache: keep compiled XLA programs in the cache directory.

@@ -77,9 +77,9 @@ Fields:
     ``main_job.main_cells``), from which the adapter's cross-model cells are drawn.
   negation_strengths: the strengths of Figure 2's curve (a non-empty list of finite numbers
     >= 0).
-  workers: source fine-tunes run at once, in threads (``Study.sources``): the
-    sources are identical for any value; 2 keeps a 2-core CPU busy between the tiny models'
-    step dispatches.
+  workers: source fine-tunes run at once, in threads (``Study.sources``), and the world's
+    families pretrained at once (``worlds.build_world``): the sources and the families are
+    identical for any value; 2 keeps a 2-core CPU busy between the tiny models' small kernels.
   random_draws: how random-UTD controls are seeded (``Study(random_draws=...)``): "run" splits
     ``jax.random.key(seed)`` in the order targets x tasks x sources (the main job's draws since
     it has had them), "cell" hashes each (target, task, source) (the suite's default).

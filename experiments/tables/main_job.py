@@ -262,7 +262,8 @@ def make_study(config, *, log, world=None):
   log(f"[0/5] {kind} '{config.data.world.variant}' seed {config.seed}: pretraining or cache")
   if world is None:
     world = worlds.build_world(config.data.world, log=lambda s: log("  " + s),
-                               families=tuple(config.data.families) or None)
+                               families=tuple(config.data.families) or None,
+                               workers=int(config.get("workers", 1)))
   names = task_names(config, world.downstream)
   return make_study_of(world, config, names, log)
 

@@ -34,7 +34,8 @@ def from_config(config, *, log: Callable[[str], None] = print, world=None,
     wanted = plain(data.world)
     if world is None:
       world = build_world(data.world, log=lambda s: log("  " + s),
-                          families=tuple(data.families) or None)
+                          families=tuple(data.families) or None,
+                          workers=int(config.get("workers", 1)))
     elif _world_key(plain(world.config)) != _world_key(wanted):
       raise ValueError("the world passed in was built from another world config than "
                        "config.data.world")

@@ -25,6 +25,7 @@ from platonic_jax.core import pretrain as pretrain_lib
 from platonic_jax.data.toyworld.tasks import Task
 from platonic_jax.data.world_config import (cache_root, check_families, check_family,
                                             family_names, plain)
+from platonic_jax.validate import check_int
 from platonic_jax.worlds import cache
 from platonic_jax.worlds.batches import pretrain_batches
 from platonic_jax.worlds.hooks import modality
@@ -214,23 +215,51 @@ def build_tasks(config) -> dict[str, Task]:
 
 
 def build_world(config, *, log: Callable[[str], None] | None = print,
-                families: tuple[str, ...] | None = None) -> World:
+                families: tuple[str, ...] | None = None, workers: int = 1) -> World:
   """Tasks plus pretrained families (cached) of a world config (``toy_world.get_config()`` or
   ``audio_world.get_config()``).
 
   families: a subset of the config's families to build (default all, in name order); an
-  unknown or repeated name is refused before anything is built.
+  unknown or repeated name is refused before anything is built. workers: families pretrained
+  at once, in threads (each family's pretraining is its own seeded computation, so the weights
+  are the same for any value: tests/data/test_toyworld.py; on a 2-core CPU two keep both cores
+  busy between a tiny model's small kernels). Cached families are loaded first, in order.
   """
   config = plain(config)
+  check_int("workers", workers, 1)
   m = modality(config)
   m.check_config(config)
   names = family_names(config, families)
   models, info, pool = {}, {}, None
-  for name in names:
-    if pool is None and not is_cached(config, name):
-      pool = pretrain_pool(config)
-    models[name], info[name] = build_family(config, name, pool=pool, log=log)
+  todo = [n for n in names if not is_cached(config, n)]
+  if workers > 1 and len(todo) > 1:
+    import concurrent.futures
+    for name in names:  # the cached ones first, in order
+      if name not in todo:
+        models[name], info[name] = build_family(config, name, log=log)
+    pool = pretrain_pool(config)
+    _import_for_threads(config)
+    with concurrent.futures.ThreadPoolExecutor(workers) as threads:
+      built = list(threads.map(lambda n: build_family(config, n, pool=pool, log=log), todo))
+    for name, (model, family_info) in zip(todo, built):
+      models[name], info[name] = model, family_info
+  else:
+    for name in names:
+      if pool is None and name in todo:
+        pool = pretrain_pool(config)
+      models[name], info[name] = build_family(config, name, pool=pool, log=log)
+  models = {n: models[n] for n in names}
+  info = {n: info[n] for n in names}
   return World(config=config, tasks=m.build_tasks(config), models=models, pretrain_info=info)
+
+
+def _import_for_threads(config) -> None:
+  """Imports, in this thread, what ``build_family`` imports on first use (transformers' lazy
+  modules are not safe to import from two threads at once: the second can find a module half
+  initialised)."""
+  from platonic_jax.convert.registry import family_for_config  # noqa: F401
+  from platonic_jax.models.dual_encoder import DualEncoder  # noqa: F401
+  modality(config).package.captions.word_tokenizer(int(config["max_text_length"]))
 
 
 __all__ = ["World", "build_family", "build_tasks", "build_world", "dual_encoder",

@@ -458,6 +458,28 @@ def test_a_cold_build_pretrains_each_family_once_and_caches_it(cold):
   assert not [d for d in os.listdir(root) if d.startswith(".tmp")]
 
 
+def test_families_pretrained_in_threads_are_the_ones_pretrained_in_turn(cold, tmp_path):
+  """``build_world(workers=2)``: the families pretrained two at a time are bit for bit the ones
+  ``cold`` pretrained one after another; a bad count is refused before anything is built."""
+  config, world, _, _ = cold
+  again = config.copy_and_resolve_references()
+  again.cache_dir = str(tmp_path / "threads")
+  threaded = worlds.build_world(again, log=None, workers=2)
+  assert list(threaded.models) == list(world.models)
+  for name, model in threaded.models.items():
+    assert not threaded.pretrain_info[name]["cached"]
+    got, want = (jax.tree.map(np.asarray, nnx.to_pure_dict(nnx.state(m.module, nnx.Param)))
+                 for m in (model, world.models[name]))
+    jax.tree.map(np.testing.assert_array_equal, got, want)
+  for bad in (0, -1, 1.5, True):
+    with pytest.raises(ValueError, match="workers"):
+      worlds.build_world(again, log=None, workers=bad)
+  again.cache_dir = str(tmp_path / "refused")
+  with pytest.raises(ValueError, match="workers"):
+    worlds.build_world(again, log=None, workers=0)
+  assert not (tmp_path / "refused").exists()
+
+
 def test_micro_world_families_learned(micro):
   """The session's micro world (pretrained cold as this file's ``cold`` build, at its full
   steps): each family's contrastive loss went down."""

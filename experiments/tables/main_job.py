@@ -643,9 +643,12 @@ def outputs(study, config, workdir: str, records, prepared: Prepared) -> dict:
   summary["method"] = options.method_block(config, provenance=provenance.of(config))
   summary["provenance"] = runner.provenance(getattr(study, "clock", None))
   summary["controls"] = list(p.controls)  # in the tables' column order
-  pretrained = getattr(study.world, "pretrain_info", {}) if study.world is not None else {}
-  summary["runtime_s"] = round(time.time() - p.started + sum(
-      i.get("seconds", 0.0) for i in pretrained.values() if not i.get("cached")), 1)
+  # the run's time and, when this run pretrained families, the world build's wall time
+  world = study.world
+  pretrained = getattr(world, "pretrain_info", {}) if world is not None else {}
+  built = any(not i.get("cached") for i in pretrained.values())
+  summary["runtime_s"] = round(time.time() - p.started
+                               + (getattr(world, "seconds", 0.0) if built else 0.0), 1)
   export = export_cells(config, p.names)
   if export:
     summary["exports"] = {spec: os.path.relpath(path, workdir) for spec, path in

@@ -40,12 +40,14 @@ class World:
   models: family name -> pretrained DualEncoder (``name`` = family name).
   pretrain_info: family name -> {"cached": bool, "seconds": float (this build's time for the
   family, training or loading), "pretrain_seconds": float (the training's wall time, also when
-  cached), "cache_dir": str, "final_loss": float}.
+  cached), "cache_dir": str, "final_loss": float}. seconds: the wall time of building the
+  families (``build_world``; families pretrained at once overlap in it).
   """
   config: dict
   tasks: dict[str, Task]
   models: dict[str, Any]
   pretrain_info: dict[str, dict]
+  seconds: float = 0.0
 
   @property
   def downstream(self) -> tuple[str, ...]:
@@ -231,6 +233,7 @@ def build_world(config, *, log: Callable[[str], None] | None = print,
   m.check_config(config)
   names = family_names(config, families)
   models, info, pool = {}, {}, None
+  t0 = time.perf_counter()
   todo = [n for n in names if not is_cached(config, n)]
   if workers > 1 and len(todo) > 1:
     import concurrent.futures
@@ -250,7 +253,8 @@ def build_world(config, *, log: Callable[[str], None] | None = print,
       models[name], info[name] = build_family(config, name, pool=pool, log=log)
   models = {n: models[n] for n in names}
   info = {n: info[n] for n in names}
-  return World(config=config, tasks=m.build_tasks(config), models=models, pretrain_info=info)
+  return World(config=config, tasks=m.build_tasks(config), models=models, pretrain_info=info,
+               seconds=time.perf_counter() - t0)
 
 
 def _import_for_threads(config) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -41,6 +42,12 @@ def read_meta(entry: str) -> dict:
     return json.load(f)
 
 
+# Orbax's checkpointers coordinate a save's steps through process-wide signals; two saves from
+# two threads at once can wait on each other's signals until they time out (seen with two
+# families pretrained in threads, ``build_world(workers=2)``), so a process saves one at a time.
+ORBAX_LOCK = threading.Lock()
+
+
 def save_entry(entry: str, module, hf_config: Mapping, tokenizer, meta: Mapping,
                extra: Callable[[str], None] | None = None) -> None:
   """Writes the cache entry atomically (temporary sibling directory, then rename): the module's
@@ -52,11 +59,12 @@ def save_entry(entry: str, module, hf_config: Mapping, tokenizer, meta: Mapping,
   # With several processes (one JAX program) every process calls this with the same module: the
   # primary host writes (Orbax's multi-process path) and process 0 renames the entry in.
   with distributed.staged_dir(entry) as tmp:
-    ckpt = ocp.StandardCheckpointer()
-    ckpt.save(os.path.join(tmp, "params"), distributed.host_arrays(
-        nnx.to_pure_dict(nnx.state(module, nnx.Param))))
-    ckpt.wait_until_finished()
-    ckpt.close()
+    with ORBAX_LOCK:  # one save at a time in this process (families pretrained in threads)
+      ckpt = ocp.StandardCheckpointer()
+      ckpt.save(os.path.join(tmp, "params"), distributed.host_arrays(
+          nnx.to_pure_dict(nnx.state(module, nnx.Param))))
+      ckpt.wait_until_finished()
+      ckpt.close()
     if distributed.is_primary():
       with open(os.path.join(tmp, "config.json"), "w") as f:
         json.dump(hf_config, f, indent=2, sort_keys=True)
@@ -78,10 +86,11 @@ def restore_entry(entry: str, init: Callable[[], Any]):
   from transformers import PreTrainedTokenizerFast
   abstract = nnx.eval_shape(init)
   graphdef, state, rest = nnx.split(abstract, nnx.Param, ...)
-  ckpt = ocp.StandardCheckpointer()
-  restored = ckpt.restore(os.path.join(entry, "params"),
-                          distributed.local_abstract(nnx.to_pure_dict(state)))
-  ckpt.close()
+  with ORBAX_LOCK:
+    ckpt = ocp.StandardCheckpointer()
+    restored = ckpt.restore(os.path.join(entry, "params"),
+                            distributed.local_abstract(nnx.to_pure_dict(state)))
+    ckpt.close()
   # As a family pretrained in this process has them: device arrays not committed to a device.
   # Restored ones are committed, and a function jitted on committed arguments lowers with their
   # sharding, another program than a cold run's: a warm run would miss every compiled program

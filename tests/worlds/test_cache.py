@@ -48,3 +48,26 @@ def test_a_corrupt_family_entry_is_moved_aside_and_reads_as_absent(tmp_path, dam
   assert [n for n in os.listdir(tmp_path) if n.startswith("clip-a-0123.corrupt-")]
   _save(entry)  # pretrained again: the entry's name is free
   assert cache.check(str(entry), lines.append) and len(lines) == 1
+
+
+def test_entries_saved_from_two_threads_at_once_are_both_written(tmp_path):
+  """Two families pretrained in threads finish together and save at once: each entry is
+  written whole and restores (unserialised, Orbax's process-wide save signals made both saves
+  wait until they timed out)."""
+  import concurrent.futures
+  import threading
+  start = threading.Barrier(4)
+  word_tokenizer(["a"], 8)  # transformers' lazy imports done here, as build_world does them
+
+  def save(i):
+    start.wait()
+    return _save(tmp_path / f"f{i}")
+
+  with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    modules = list(pool.map(save, range(4)))
+  for i, module in enumerate(modules):
+    assert cache.check(str(tmp_path / f"f{i}"))
+    restored, _ = cache.restore_entry(str(tmp_path / f"f{i}"),
+                                      lambda: nnx.Linear(3, 2, rngs=nnx.Rngs(1)))
+    np.testing.assert_array_equal(np.asarray(restored.kernel.value),
+                                  np.asarray(module.kernel.value))

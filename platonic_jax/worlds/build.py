@@ -25,6 +25,7 @@ from platonic_jax.core import pretrain as pretrain_lib
 from platonic_jax.data.toyworld.tasks import Task
 from platonic_jax.data.world_config import (cache_root, check_families, check_family,
                                             family_names, plain)
+from platonic_jax.parallel import distributed
 from platonic_jax.validate import check_int
 from platonic_jax.worlds import cache
 from platonic_jax.worlds.batches import pretrain_batches
@@ -225,7 +226,8 @@ def build_world(config, *, log: Callable[[str], None] | None = print,
   unknown or repeated name is refused before anything is built. workers: families pretrained
   at once, in threads (each family's pretraining is its own seeded computation, so the weights
   are the same for any value: tests/data/test_toyworld.py; on a 2-core CPU two keep both cores
-  busy between a tiny model's small kernels). Cached families are loaded first, in order.
+  busy between a tiny model's small kernels; one at a time when several processes run one
+  program). Cached families are loaded first, in order.
   """
   config = plain(config)
   check_int("workers", workers, 1)
@@ -235,7 +237,9 @@ def build_world(config, *, log: Callable[[str], None] | None = print,
   models, info, pool = {}, {}, None
   t0 = time.perf_counter()
   todo = [n for n in names if not is_cached(config, n)]
-  if workers > 1 and len(todo) > 1:
+  # Several processes write each family collectively (``cache.save_entry``), which needs the
+  # same order of saves in every process: one family at a time there.
+  if workers > 1 and len(todo) > 1 and distributed.process_count() == 1:
     import concurrent.futures
     for name in names:  # the cached ones first, in order
       if name not in todo:

@@ -171,10 +171,8 @@ def build_world(cfg, log: Callable[[str], None] | None = None):
   """The config's world (``platonic_jax.worlds.build_world``: pretrained, or loaded from the
   cache; the toy world, or the audio world for an audio config), restricted to
   ``cfg.data.families`` when it names some; ``log`` gets its progress lines, indented."""
-  from platonic_jax import worlds
-  return worlds.build_world(cfg.data.world, log=None if log is None else (lambda s: log("  " + s)),
-                            families=tuple(cfg.data.families) or None,
-                            workers=int(cfg.get("workers", 1)))
+  from platonic_jax.engine import world_of
+  return world_of(cfg, log)
 
 
 def prepare(cfg, who: str, log: Callable[[str], None]):

@@ -47,7 +47,7 @@ from platonic_jax.core.analysis import CONSENSUS
 from platonic_jax.engine import runner
 from platonic_jax.eval import layout
 from platonic_jax.engine import (CLOSED_FORM_METHODS, adapter_kwargs, cell_accuracies,
-                                 same_architecture_accuracies, transport_kwargs)
+                                 same_architecture_accuracies, transport_kwargs, world_of)
 
 NAME = "main"
 CELLS = "cells.jsonl"  # the main job's sweep: one record per finished cell, read back on a rerun
@@ -257,13 +257,10 @@ def check(config) -> None:
 def make_study(config, *, log, world=None):
   """The main job's study (``make_study_of``) of ``world``, or of the config's world built
   (or loaded from its cache) here, with its progress lines."""
-  from platonic_jax import worlds
   kind = "audio world" if is_audio(config) else "toy world"
   log(f"[0/5] {kind} '{config.data.world.variant}' seed {config.seed}: pretraining or cache")
   if world is None:
-    world = worlds.build_world(config.data.world, log=lambda s: log("  " + s),
-                               families=tuple(config.data.families) or None,
-                               workers=int(config.get("workers", 1)))
+    world = world_of(config, log)
   names = task_names(config, world.downstream)
   return make_study_of(world, config, names, log)
 

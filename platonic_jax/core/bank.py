@@ -146,7 +146,8 @@ class OperatorBank:
 
   @staticmethod
   def _write_arrays(path: str, op: Operator) -> None:
-    with ocp.StandardCheckpointer(multiprocessing_options=distributed.orbax_options()) as ckpt:
+    with distributed.ORBAX_LOCK, ocp.StandardCheckpointer(
+        multiprocessing_options=distributed.orbax_options()) as ckpt:
       W = jnp.asarray(op.W)
       ckpt.save(path, {"W": W if jax.process_count() == 1 else np.asarray(W)})
       ckpt.wait_until_finished()
@@ -235,7 +236,8 @@ class OperatorBank:
     held = (meta["target_id"], meta["task"], meta["source"])
     if held != key:
       raise ValueError(f"{path}: entry holds {_fmt(held)}, not {_fmt(key)}")
-    with ocp.StandardCheckpointer(multiprocessing_options=distributed.orbax_options()) as ckpt:
+    with distributed.ORBAX_LOCK, ocp.StandardCheckpointer(
+        multiprocessing_options=distributed.orbax_options()) as ckpt:
       arrays = ckpt.restore(os.path.join(path, _ARRAYS), distributed.local_abstract(
           {"W": jax.ShapeDtypeStruct(tuple(meta["shape"]), jnp.dtype(meta["dtype"]))}))
     return operator_from_record(np.asarray(arrays["W"]), meta)

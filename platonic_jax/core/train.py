@@ -636,7 +636,7 @@ def write_adapter(path: str | os.PathLike, arrays: dict, meta: dict) -> str:
   path = os.path.abspath(os.path.expanduser(os.fspath(path)))
   distributed.check_orbax_save(f"the adapter {path}")
   with distributed.staged_dir(path, replace=True, create=False) as staged:
-    with _adapter_checkpointer() as ckptr:
+    with distributed.ORBAX_LOCK, _adapter_checkpointer() as ckptr:
       ckptr.save(staged, ocp.args.Composite(arrays=ocp.args.StandardSave(arrays),
                                             meta=ocp.args.JsonSave(meta)))
   return path
@@ -657,7 +657,7 @@ def load_adapter(path: str | os.PathLike, model: DualEncoder) -> DualEncoder:
   if not os.path.isdir(path):
     raise FileNotFoundError(f"no adapter checkpoint at {path}")
   check_no_adapter(model, "load_adapter")
-  with _adapter_checkpointer() as ckptr:
+  with distributed.ORBAX_LOCK, _adapter_checkpointer() as ckptr:
     meta = ckptr.restore(path, ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
     if not isinstance(meta, dict) or meta.get("format") != ADAPTER_FORMAT:
       raise ValueError(f"{path} is not a LoRA adapter checkpoint")

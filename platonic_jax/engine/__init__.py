@@ -23,7 +23,7 @@ from platonic_jax.engine.caches import (EmbeddingCache, compilation_cache_dir, c
 from platonic_jax.engine.cells import (CLOSED_FORM_METHODS, adapter_kwargs, cell_accuracies,
                                        labeled_subset, same_architecture_accuracies,
                                        transport_kwargs)
-from platonic_jax.engine.config import from_config, method_options
+from platonic_jax.engine.config import from_config, method_options, world_of
 from platonic_jax.engine.inputs import (HeadFeatures, TaskData, TaskEmbeddings, embed_inputs,
                                         embed_unique, is_audio_model, loader_inputs)
 from platonic_jax.engine.sources import Source
@@ -34,4 +34,4 @@ __all__ = ["CLOSED_FORM_METHODS", "EmbeddingCache", "HeadFeatures", "RANDOM_DRAW
            "compilation_cache_dir", "content_hash", "default_cache_dir", "embed_inputs",
            "embed_unique", "experiment_cache_dir", "from_config", "is_audio_model",
            "labeled_subset", "loader_inputs", "method_options", "plain",
-           "same_architecture_accuracies", "transport_kwargs", "use_compilation_cache"]
+           "same_architecture_accuracies", "transport_kwargs", "use_compilation_cache", "world_of"]

@@ -13,6 +13,16 @@ from platonic_jax.engine.inputs import TaskData, is_audio_model
 from platonic_jax.engine.study import Study
 
 
+def world_of(config, log: Callable[[str], None] | None = print):
+  """The toy or audio world ``config.data.world`` describes (``worlds.build_world``: pretrained,
+  or loaded from its cache), restricted to ``config.data.families`` when it names some,
+  ``config.workers`` families pretrained at once; ``log`` gets its lines indented."""
+  from platonic_jax.worlds import build_world
+  return build_world(config.data.world, log=None if log is None else (lambda s: log("  " + s)),
+                     families=tuple(config.data.families) or None,
+                     workers=int(config.get("workers", 1)))
+
+
 def from_config(config, *, log: Callable[[str], None] = print, world=None,
                 downstream: Sequence[str] | None = None, secondary: Sequence[str] = ()) -> Study:
   """The study a config describes (a suite table's or the main job's: one schema,
@@ -30,12 +40,9 @@ def from_config(config, *, log: Callable[[str], None] = print, world=None,
   downstream = list(data.tasks if downstream is None else downstream)
   extra = list(data.get("extra_tasks", []))
   if data.source == "toy":
-    from platonic_jax.worlds import build_world
     wanted = plain(data.world)
     if world is None:
-      world = build_world(data.world, log=lambda s: log("  " + s),
-                          families=tuple(data.families) or None,
-                          workers=int(config.get("workers", 1)))
+      world = world_of(config, log)
     elif _world_key(plain(world.config)) != _world_key(wanted):
       raise ValueError("the world passed in was built from another world config than "
                        "config.data.world")

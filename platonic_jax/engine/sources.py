@@ -13,7 +13,7 @@ import dataclasses
 import json
 import os
 import re
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -121,7 +121,7 @@ def sources(study, pairs: Sequence[tuple[str, str]], seed: int | None = None,
       if result is not None:
         _store(study, path, m, t, recipe, result)
         _remove_product(path)
-    for (m, t, path), result in zip(todo, _map(train, todo, workers)):
+    for (m, t, path), result in zip(todo, distributed.thread_map(train, todo, workers)):
       _store(study, path, m, t, recipe, result)
   else:
     made = [not done and _read_product(study, path) is not None
@@ -134,7 +134,7 @@ def sources(study, pairs: Sequence[tuple[str, str]], seed: int | None = None,
       study.emb(m, t)
     mine = distributed.my_share(todo, [study.finetune_cost(m, recipe) for m, _, _ in todo])
     with distributed.solo():
-      for (m, t, path), result in zip(mine, _map(train, mine, workers)):
+      for (m, t, path), result in zip(mine, distributed.thread_map(train, mine, workers)):
         atomic.write_bytes(product_path(path), _pack_source(result))
     distributed.barrier("study:sources")
     for m, t, path in store:  # collective writes, in pair order
@@ -151,17 +151,6 @@ def sources(study, pairs: Sequence[tuple[str, str]], seed: int | None = None,
                                           source_path(study, m, t, recipe))
     out[(m, t)] = study._sources[mkey]
   return out
-
-
-def _map(fn: Callable, items: Sequence, workers: int) -> Iterator:
-  """``fn(x)`` for each of ``items`` in order, as each is done; ``workers`` at a time in
-  threads."""
-  if workers == 1 or len(items) <= 1:
-    yield from map(fn, items)
-    return
-  import concurrent.futures
-  with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-    yield from pool.map(fn, items)
 
 
 def param_count(study, m: str) -> int:

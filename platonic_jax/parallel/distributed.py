@@ -37,6 +37,7 @@ import math
 import os
 import shutil
 import sys
+import threading
 from typing import Callable, Hashable, Iterator, Mapping, Sequence
 
 import jax
@@ -176,6 +177,25 @@ def _no_collective(what: str) -> None:
   if alone():
     raise RuntimeError(f"{what} is a collective of every process; inside distributed.solo() "
                        "this process works alone")
+
+
+# Orbax coordinates a checkpoint's steps through process-wide signals and files; two saves (or a
+# save and a restore) from two threads of one process at once can wait on each other until they
+# time out, or read each other's half-written files (seen with two families pretrained in
+# threads: ``worlds.build_world(workers=2)``). Every Orbax save and restore of the package holds
+# this lock, so a process runs one at a time (reentrant: a restore inside a save's block).
+ORBAX_LOCK = threading.RLock()
+
+
+def thread_map(fn: Callable, items: Sequence, workers: int) -> Iterator:
+  """``fn(x)`` for each of ``items`` in order, as each is done; ``workers`` at a time in threads
+  (in this thread when ``workers`` is 1 or there is at most one item)."""
+  if workers == 1 or len(items) <= 1:
+    yield from map(fn, items)
+    return
+  import concurrent.futures
+  with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+    yield from pool.map(fn, items)
 
 
 def orbax_options():

@@ -240,16 +240,14 @@ def build_world(config, *, log: Callable[[str], None] | None = print,
   # Several processes write each family collectively (``cache.save_entry``), which needs the
   # same order of saves in every process: one family at a time there.
   if workers > 1 and len(todo) > 1 and distributed.process_count() == 1:
-    import concurrent.futures
     for name in names:  # the cached ones first, in order
       if name not in todo:
         models[name], info[name] = build_family(config, name, log=log)
     pool = pretrain_pool(config)
     _import_for_threads(config)
-    with concurrent.futures.ThreadPoolExecutor(workers) as threads:
-      built = list(threads.map(lambda n: build_family(config, n, pool=pool, log=log), todo))
-    for name, (model, family_info) in zip(todo, built):
-      models[name], info[name] = model, family_info
+    build = lambda name: build_family(config, name, pool=pool, log=log)
+    for name, built in zip(todo, distributed.thread_map(build, todo, workers)):
+      models[name], info[name] = built
   else:
     for name in names:
       if pool is None and name in todo:

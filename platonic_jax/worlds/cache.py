@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -42,12 +41,6 @@ def read_meta(entry: str) -> dict:
     return json.load(f)
 
 
-# Orbax's checkpointers coordinate a save's steps through process-wide signals; two saves from
-# two threads at once can wait on each other's signals until they time out (seen with two
-# families pretrained in threads, ``build_world(workers=2)``), so a process saves one at a time.
-ORBAX_LOCK = threading.Lock()
-
-
 def save_entry(entry: str, module, hf_config: Mapping, tokenizer, meta: Mapping,
                extra: Callable[[str], None] | None = None) -> None:
   """Writes the cache entry atomically (temporary sibling directory, then rename): the module's
@@ -59,7 +52,7 @@ def save_entry(entry: str, module, hf_config: Mapping, tokenizer, meta: Mapping,
   # With several processes (one JAX program) every process calls this with the same module: the
   # primary host writes (Orbax's multi-process path) and process 0 renames the entry in.
   with distributed.staged_dir(entry) as tmp:
-    with ORBAX_LOCK:  # one save at a time in this process (families pretrained in threads)
+    with distributed.ORBAX_LOCK:
       ckpt = ocp.StandardCheckpointer()
       ckpt.save(os.path.join(tmp, "params"), distributed.host_arrays(
           nnx.to_pure_dict(nnx.state(module, nnx.Param))))
@@ -86,7 +79,7 @@ def restore_entry(entry: str, init: Callable[[], Any]):
   from transformers import PreTrainedTokenizerFast
   abstract = nnx.eval_shape(init)
   graphdef, state, rest = nnx.split(abstract, nnx.Param, ...)
-  with ORBAX_LOCK:
+  with distributed.ORBAX_LOCK:
     ckpt = ocp.StandardCheckpointer()
     restored = ckpt.restore(os.path.join(entry, "params"),
                             distributed.local_abstract(nnx.to_pure_dict(state)))
